@@ -1,0 +1,122 @@
+//! What a qdisc needs of a packet: the [`Packet`] trait, flow identity and drop reasons.
+
+use core::fmt;
+
+use llist_defer::Node;
+
+/// How FQ identifies the flow of a packet (the kernel keys flows by socket, or by the packet
+/// hash for packets without a full socket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlowKey {
+    /// A connected socket (the kernel's `skb->sk` pointer): `id` names it, `hash` is its
+    /// `sk_hash` (a change of hash on the same id means the socket was reused).
+    Socket {
+        /// A stable identity of the socket.
+        id: u64,
+        /// The socket's hash.
+        hash: u32,
+    },
+    /// An unconnected socket (`TCP_CLOSE`, e.g. unconnected UDP): keyed by the packet hash like
+    /// an orphan, but still a socket (not orphaned).
+    Unconnected {
+        /// The packet's flow hash (`skb_get_hash`).
+        hash: u32,
+    },
+    /// No socket (forwarded traffic, SYNACK, RST): keyed by the masked packet hash
+    /// (`orphan_mask`), with the odd-key trick so it never collides with a socket id.
+    Orphan {
+        /// The packet's flow hash (`skb_get_hash`).
+        hash: u32,
+    },
+}
+
+impl FlowKey {
+    /// The flow hash of the packet (or socket), as used for queue selection.
+    pub fn hash(&self) -> u32 {
+        match *self {
+            FlowKey::Socket { hash, .. }
+            | FlowKey::Unconnected { hash }
+            | FlowKey::Orphan { hash } => hash,
+        }
+    }
+}
+
+/// What a qdisc needs of a packet. The packet is an owning handle with an intrusive link
+/// ([`Node`]), so queueing it allocates nothing.
+pub trait Packet: Node + Send {
+    /// Length in bytes as sent on the wire (`qdisc_pkt_len`).
+    fn len(&self) -> usize;
+    /// Whether the packet has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// `skb->priority` (the low 4 bits select a band through the priomap).
+    fn priority(&self) -> u32;
+    /// The flow this packet belongs to.
+    fn flow(&self) -> FlowKey;
+    /// The earliest departure time in monotonic ns (`skb->tstamp` as EDT), if stamped.
+    fn tstamp(&self) -> Option<u64>;
+    /// Marks the packet ECN Congestion Experienced (FQ's `ce_threshold`).
+    fn mark_ce(&mut self);
+}
+
+/// Why a packet was dropped; every drop counter is keyed by one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// The qdisc was full (`QDISC_DROP` / tail or head drop on a FIFO limit).
+    QdiscOverlimit,
+    /// The defer list's burst limit was exceeded (`QDISC_BURST_DROP`).
+    QdiscBurst,
+    /// FQ: the band's packet limit (`FQ_BAND_LIMIT`).
+    FqBandLimit,
+    /// FQ: the flow's packet limit (`FQ_FLOW_LIMIT`).
+    FqFlowLimit,
+    /// FQ: the timestamp was beyond the horizon (`FQ_HORIZON_LIMIT`).
+    FqHorizonLimit,
+    /// The queue was deactivated or reset with the packet in it (`QDISC_DROP` on deactivate).
+    Deactivated,
+    /// The driver refused the packet for good (bad length, link gone).
+    DriverError,
+    /// A panic unwound through the thread holding the packet.
+    Panic,
+}
+
+impl DropReason {
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; 8] = [
+        DropReason::QdiscOverlimit,
+        DropReason::QdiscBurst,
+        DropReason::FqBandLimit,
+        DropReason::FqFlowLimit,
+        DropReason::FqHorizonLimit,
+        DropReason::Deactivated,
+        DropReason::DriverError,
+        DropReason::Panic,
+    ];
+
+    /// The index of this reason's counter.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The kernel-style name (`SKB_DROP_REASON_*` without the prefix).
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::QdiscOverlimit => "QDISC_DROP",
+            DropReason::QdiscBurst => "QDISC_BURST_DROP",
+            DropReason::FqBandLimit => "FQ_BAND_LIMIT",
+            DropReason::FqFlowLimit => "FQ_FLOW_LIMIT",
+            DropReason::FqHorizonLimit => "FQ_HORIZON_LIMIT",
+            DropReason::Deactivated => "QDISC_DEACTIVATED",
+            DropReason::DriverError => "DRIVER_ERROR",
+            DropReason::Panic => "PANIC",
+        }
+    }
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,128 @@
+//! The [`Qdisc`] trait, its verdicts, the list of packets to free outside the lock, and the
+//! basic statistics every discipline keeps.
+
+use core::fmt;
+
+use llist_defer::{Fifo, NodeRef};
+
+use crate::packet::{DropReason, Packet};
+
+/// The result of an enqueue (the kernel's `NET_XMIT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Queued (`NET_XMIT_SUCCESS`).
+    Success,
+    /// The arriving packet was dropped and put on the to-free list (`NET_XMIT_DROP`).
+    Dropped(DropReason),
+    /// Queued, but another packet was dropped to make room (`NET_XMIT_CN`).
+    Congested(DropReason),
+}
+
+/// Packets a qdisc or the engine dropped, to be freed after the root lock is released, with a
+/// count per [`DropReason`] (the kernel's `to_free` list plus `kfree_skb_reason`).
+pub struct ToFree<P: Packet> {
+    packets: Fifo<P>,
+    counts: [u64; DropReason::ALL.len()],
+}
+
+impl<P: Packet> ToFree<P> {
+    /// An empty list.
+    pub const fn new() -> Self {
+        ToFree { packets: Fifo::new(), counts: [0; DropReason::ALL.len()] }
+    }
+
+    /// Records `pkt` as dropped for `reason`.
+    #[inline]
+    pub fn drop_packet(&mut self, pkt: P, reason: DropReason) {
+        self.counts[reason.index()] += 1;
+        self.packets.push_back(pkt);
+    }
+
+    /// Packets dropped, all reasons.
+    pub fn len(&self) -> usize {
+        self.packets.len()
+    }
+
+    /// Whether nothing was dropped.
+    pub fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    /// Packets dropped for `reason` since the last [`take`](ToFree::take).
+    pub fn count(&self, reason: DropReason) -> u64 {
+        self.counts[reason.index()]
+    }
+
+    /// Takes the packets and the per-reason counts, leaving the list empty.
+    pub fn take(&mut self) -> (Fifo<P>, [u64; DropReason::ALL.len()]) {
+        let counts = core::mem::replace(&mut self.counts, [0; DropReason::ALL.len()]);
+        (core::mem::take(&mut self.packets), counts)
+    }
+}
+
+impl<P: Packet> Default for ToFree<P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P: Packet> fmt::Debug for ToFree<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToFree").field("len", &self.len()).finish()
+    }
+}
+
+/// The counters `tc -s qdisc show` prints for every qdisc (`gnet_stats_basic` + `queue`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QdiscStats {
+    /// Bytes dequeued (sent).
+    pub bytes: u64,
+    /// Packets dequeued (sent).
+    pub packets: u64,
+    /// Packets dropped by the qdisc.
+    pub drops: u64,
+    /// Times the qdisc was over a limit.
+    pub overlimits: u64,
+    /// Packets handed back by the driver and requeued.
+    pub requeues: u64,
+    /// Bytes queued now.
+    pub backlog: u64,
+    /// Packets queued now.
+    pub qlen: u64,
+}
+
+/// A packet scheduler (the kernel's `Qdisc_ops`), used under the transmit engine's root lock.
+pub trait Qdisc<P: Packet>: Send {
+    /// The `tc` kind: `"pfifo"`, `"pfifo_fast"`, `"fq"`, ...
+    fn kind(&self) -> &'static str;
+    /// Queues `pkt`. Drops (of `pkt` or of another packet) go to `to_free`.
+    fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict;
+    /// The next packet to send now, if any is eligible.
+    fn dequeue(&mut self) -> Option<P>;
+    /// A view of the packet [`dequeue`](Qdisc::dequeue) would return.
+    fn peek(&mut self) -> Option<NodeRef<'_, P>>;
+    /// Packets queued.
+    fn len(&self) -> usize;
+    /// Whether nothing is queued.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Bytes queued.
+    fn backlog(&self) -> u64;
+    /// Removes every queued packet into `to_free` with `reason`, counted as drops.
+    fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason);
+    /// Whether the qdisc is work-conserving, so an empty one may be bypassed
+    /// (`TCQ_F_CAN_BYPASS`).
+    fn can_bypass(&self) -> bool;
+    /// The basic counters.
+    fn stats(&self) -> QdiscStats;
+    /// When a qdisc with packets but none eligible now (paced) next has one, in clock ns.
+    fn next_wakeup(&self) -> Option<u64> {
+        None
+    }
+    /// Writes the qdisc-specific statistics lines of `tc -s qdisc show` (may write nothing).
+    fn fmt_xstats(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let _ = f;
+        Ok(())
+    }
+}

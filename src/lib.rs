@@ -1,0 +1,12 @@
+//! lockless-xmit: lock-free transmit-path primitives for user-space dataplanes.
+//!
+//! This crate re-exports the workspace's four crates:
+//! - [`llist_defer`]: the intrusive lock-free list and the bounded, counted defer list;
+//! - [`qdisc`]: pfifo, pfifo_fast, fq and the transmit engine;
+//! - [`skb_pool`]: the per-owner frame pool with remote-free deferral;
+//! - [`xsk_tx`]: the AF_XDP backend.
+
+pub use llist_defer;
+pub use qdisc;
+pub use skb_pool;
+pub use xsk_tx;
