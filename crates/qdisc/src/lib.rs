@@ -10,3 +10,7 @@ mod qdisc;
 
 pub use packet::{DropReason, FlowKey, Packet};
 pub use qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
+
+/// A heap packet for tests and benches.
+mod test_packet;
+pub use test_packet::{TestMeta, TestPacket};

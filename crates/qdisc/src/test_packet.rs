@@ -1,0 +1,118 @@
+//! [`TestPacket`]: a small heap packet implementing [`Packet`], for tests, examples and benches
+//! that need no frame pool.
+
+use core::ptr::NonNull;
+
+use llist_defer::{Boxed, Link, Node};
+
+use crate::packet::{FlowKey, Packet};
+
+/// The fields of a [`TestPacket`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestMeta {
+    /// A caller-chosen identity (for instance producer << 32 | sequence).
+    pub id: u64,
+    /// Length in bytes.
+    pub len: usize,
+    /// `skb->priority`.
+    pub priority: u32,
+    /// Flow identity.
+    pub flow: FlowKey,
+    /// Earliest departure time, monotonic ns.
+    pub tstamp: Option<u64>,
+    /// Set by [`Packet::mark_ce`].
+    pub ce: bool,
+}
+
+/// A boxed packet with an intrusive link: one allocation at creation, none when queued.
+///
+/// ```
+/// use qdisc::{FlowKey, Packet, TestPacket};
+///
+/// let p = TestPacket::new(7, 1500).with_flow(FlowKey::Orphan { hash: 42 });
+/// assert_eq!((p.id(), p.len(), p.flow().hash()), (7, 1500, 42));
+/// ```
+#[derive(Debug)]
+pub struct TestPacket(Boxed<TestMeta>);
+
+impl TestPacket {
+    /// A packet with `id` and `len`, priority 0, orphan flow hashed from `id`, no timestamp.
+    pub fn new(id: u64, len: usize) -> Self {
+        TestPacket(Boxed::new(TestMeta {
+            id,
+            len,
+            priority: 0,
+            flow: FlowKey::Orphan { hash: id as u32 },
+            tstamp: None,
+            ce: false,
+        }))
+    }
+
+    /// Sets the flow.
+    pub fn with_flow(mut self, flow: FlowKey) -> Self {
+        self.0.flow = flow;
+        self
+    }
+
+    /// Sets the priority.
+    pub fn with_priority(mut self, priority: u32) -> Self {
+        self.0.priority = priority;
+        self
+    }
+
+    /// Sets the EDT timestamp (ns).
+    pub fn with_tstamp(mut self, tstamp: u64) -> Self {
+        self.0.tstamp = Some(tstamp);
+        self
+    }
+
+    /// The caller-chosen identity.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// Whether the packet was CE-marked.
+    pub fn ce(&self) -> bool {
+        self.0.ce
+    }
+
+    /// All fields.
+    pub fn meta(&self) -> &TestMeta {
+        &self.0
+    }
+}
+
+// SAFETY: delegates to `Boxed`, whose contract holds; the newtype adds no state.
+unsafe impl Node for TestPacket {
+    #[inline]
+    fn into_link(self) -> NonNull<Link> {
+        self.0.into_link()
+    }
+    #[inline]
+    unsafe fn from_link(link: NonNull<Link>) -> Self {
+        // SAFETY: forwarded from our caller: `link` came from `into_link`, i.e. from `Boxed`.
+        TestPacket(unsafe { Boxed::from_link(link) })
+    }
+}
+
+impl Packet for TestPacket {
+    #[inline]
+    fn len(&self) -> usize {
+        self.0.len
+    }
+    #[inline]
+    fn priority(&self) -> u32 {
+        self.0.priority
+    }
+    #[inline]
+    fn flow(&self) -> FlowKey {
+        self.0.flow
+    }
+    #[inline]
+    fn tstamp(&self) -> Option<u64> {
+        self.0.tstamp
+    }
+    fn mark_ce(&mut self) {
+        self.0.ce = true;
+    }
+}
