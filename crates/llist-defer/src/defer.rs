@@ -57,7 +57,9 @@ impl<N> Rejected<N> {
 
 impl<N> fmt::Debug for Rejected<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Rejected").field("burst", &self.burst).finish_non_exhaustive()
+        f.debug_struct("Rejected")
+            .field("burst", &self.burst)
+            .finish_non_exhaustive()
     }
 }
 
@@ -140,7 +142,11 @@ pub struct DeferList<N: Node> {
 impl<N: Node> DeferList<N> {
     /// A defer list with the kernel's default limit, [`DEFAULT_BURST_LIMIT`].
     pub fn new() -> Self {
-        DeferList { list: LList::new(), count: AtomicUsize::new(0), limit: DEFAULT_BURST_LIMIT }
+        DeferList {
+            list: LList::new(),
+            count: AtomicUsize::new(0),
+            limit: DEFAULT_BURST_LIMIT,
+        }
     }
 
     /// A defer list refusing pushes once the burst count exceeds `limit`.
@@ -152,7 +158,10 @@ impl<N: Node> DeferList<N> {
         if limit == 0 {
             return Err(ConfigError::ZeroLimit);
         }
-        Ok(DeferList { limit, ..Self::new() })
+        Ok(DeferList {
+            limit,
+            ..Self::new()
+        })
     }
 
     /// The burst limit.
@@ -188,7 +197,10 @@ impl<N: Node> DeferList<N> {
             Ok(true) => Ok(Pushed::First),
             Ok(false) => Ok(Pushed::Queued { burst }),
             // SAFETY: a refused push never published the link; the node is still ours.
-            Err(()) => Err(Rejected { item: unsafe { N::from_link(link) }, burst }),
+            Err(()) => Err(Rejected {
+                item: unsafe { N::from_link(link) },
+                burst,
+            }),
         }
     }
 

@@ -41,7 +41,12 @@ unsafe impl<N: Node + Sync> Sync for Fifo<N> {}
 impl<N: Node> Fifo<N> {
     /// An empty queue.
     pub const fn new() -> Self {
-        Fifo { head: ptr::null_mut(), tail: ptr::null_mut(), len: 0, _owns: PhantomData }
+        Fifo {
+            head: ptr::null_mut(),
+            tail: ptr::null_mut(),
+            len: 0,
+            _owns: PhantomData,
+        }
     }
 
     /// # Safety
@@ -49,7 +54,12 @@ impl<N: Node> Fifo<N> {
     /// `head..=tail` is a null-terminated chain of `len` links made by `N::into_link`, owned by
     /// nobody else (or all three are null/0).
     pub(crate) unsafe fn from_raw_parts(head: *mut Link, tail: *mut Link, len: usize) -> Self {
-        Fifo { head, tail, len, _owns: PhantomData }
+        Fifo {
+            head,
+            tail,
+            len,
+            _owns: PhantomData,
+        }
     }
 
     /// Gives up the nodes as a raw `(first, last)` chain, for [`LList::add_batch`](crate::LList::add_batch).
@@ -139,7 +149,10 @@ impl<N: Node> Fifo<N> {
         }
         self.tail = other.tail;
         self.len += other.len;
-        *other = Fifo::new();
+        // Plain field writes: assigning a new `Fifo` would drop the nodes we just took.
+        other.head = ptr::null_mut();
+        other.tail = ptr::null_mut();
+        other.len = 0;
     }
 
     /// Moves every node of `other` to the front of `self` in O(1) (a batch requeue), leaving
@@ -210,7 +223,9 @@ impl<N: Node> ExactSizeIterator for IntoIter<N> {}
 
 impl<N: Node> fmt::Debug for IntoIter<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IntoIter").field("remaining", &self.0.len).finish()
+        f.debug_struct("IntoIter")
+            .field("remaining", &self.0.len)
+            .finish()
     }
 }
 

@@ -27,7 +27,9 @@ pub struct Link {
 impl Link {
     /// A fresh, unlinked link.
     pub fn new() -> Self {
-        Link { next: AtomicPtr::new(ptr::null_mut()) }
+        Link {
+            next: AtomicPtr::new(ptr::null_mut()),
+        }
     }
 
     #[inline]
@@ -130,7 +132,10 @@ impl<N: Node> NodeRef<'_, N> {
         // SAFETY: per the `Node` contract a rebuilt handle that is never dropped is only a view;
         // the container keeps ownership and is borrowed for as long as this view lives.
         let node = ManuallyDrop::new(unsafe { N::from_link(link) });
-        NodeRef { node, _owner: PhantomData }
+        NodeRef {
+            node,
+            _owner: PhantomData,
+        }
     }
 }
 
@@ -173,7 +178,10 @@ pub struct Boxed<T>(Box<BoxedItem<T>>);
 impl<T> Boxed<T> {
     /// Boxes `value` with a fresh link.
     pub fn new(value: T) -> Self {
-        Boxed(Box::new(BoxedItem { link: Link::new(), value }))
+        Boxed(Box::new(BoxedItem {
+            link: Link::new(),
+            value,
+        }))
     }
 
     /// Unboxes the value.

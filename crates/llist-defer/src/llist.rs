@@ -11,9 +11,9 @@ use core::marker::PhantomData;
 use core::ops::ControlFlow;
 use core::ptr::{self, NonNull};
 
+use crate::Fifo;
 use crate::link::{Link, Node, NodeRef};
 use crate::sync::{AtomicPtr, Ordering};
-use crate::Fifo;
 
 /// An intrusive lock-free multi-producer list with whole-list take (the kernel's `llist_head`).
 ///
@@ -26,7 +26,7 @@ use crate::Fifo;
 /// let list = LList::new();
 /// assert!(list.add(Boxed::new('a')), "the first add finds the list empty");
 /// assert!(!list.add(Boxed::new('b')));
-/// let newest_first: String = list.take_all().into_iter().map(Boxed::into_inner).collect();
+/// let newest_first: String = list.take_all().map(Boxed::into_inner).collect();
 /// assert_eq!(newest_first, "ba");
 /// assert!(list.is_empty());
 /// ```
@@ -44,7 +44,10 @@ unsafe impl<N: Node + Send> Sync for LList<N> {}
 impl<N: Node> LList<N> {
     /// An empty list.
     pub fn new() -> Self {
-        LList { head: AtomicPtr::new(ptr::null_mut()), _owns: PhantomData }
+        LList {
+            head: AtomicPtr::new(ptr::null_mut()),
+            _owns: PhantomData,
+        }
     }
 
     /// Pushes one node (`llist_add`). Returns `true` if the list was empty before.
@@ -63,7 +66,9 @@ impl<N: Node> LList<N> {
     /// The batch keeps its internal order and lands in front of older nodes: its front becomes
     /// the newest node, so [`take_all`](LList::take_all) yields it front first.
     pub fn add_batch(&self, batch: Fifo<N>) -> bool {
-        let Some((first, last)) = batch.into_raw_ends() else { return false };
+        let Some((first, last)) = batch.into_raw_ends() else {
+            return false;
+        };
         match self.push_chain(first, last, |_| ControlFlow::Continue(())) {
             Ok(was_empty) => was_empty,
             Err(()) => unreachable!("the check never breaks"),
@@ -138,7 +143,9 @@ impl<N: Node> Drop for LList<N> {
 
 impl<N: Node> fmt::Debug for LList<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LList").field("is_empty", &self.is_empty()).finish()
+        f.debug_struct("LList")
+            .field("is_empty", &self.is_empty())
+            .finish()
     }
 }
 
@@ -163,12 +170,18 @@ impl<N: Node> Chain<N> {
     /// `N::into_link`, owned by nobody else.
     #[inline]
     pub(crate) unsafe fn from_raw(head: *mut Link) -> Self {
-        Chain { head, _owns: PhantomData }
+        Chain {
+            head,
+            _owns: PhantomData,
+        }
     }
 
     /// An empty chain.
     pub fn new() -> Self {
-        Chain { head: ptr::null_mut(), _owns: PhantomData }
+        Chain {
+            head: ptr::null_mut(),
+            _owns: PhantomData,
+        }
     }
 
     /// Whether the chain has no node.
@@ -177,8 +190,8 @@ impl<N: Node> Chain<N> {
         self.head.is_null()
     }
 
-    /// Counts the nodes (a walk: O(n)).
-    pub fn count(&self) -> usize {
+    /// Counts the nodes (a walk: O(n); a chain keeps no length).
+    pub fn len(&self) -> usize {
         self.iter().count()
     }
 
@@ -205,7 +218,10 @@ impl<N: Node> Chain<N> {
 
     /// Borrowing iterator over the nodes, newest first.
     pub fn iter(&self) -> Iter<'_, N> {
-        Iter { cur: self.head, _chain: PhantomData }
+        Iter {
+            cur: self.head,
+            _chain: PhantomData,
+        }
     }
 
     /// Detaches the newest node.
@@ -241,7 +257,7 @@ impl<N: Node> Iterator for Chain<N> {
 
 impl<N: Node> fmt::Debug for Chain<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Chain").field("len", &self.count()).finish()
+        f.debug_struct("Chain").field("len", &self.len()).finish()
     }
 }
 
@@ -256,7 +272,10 @@ impl<'a, N: Node> Iter<'a, N> {
     ///
     /// `head` starts a null-terminated chain owned by a container borrowed for `'a`.
     pub(crate) unsafe fn from_raw(head: *mut Link) -> Self {
-        Iter { cur: head, _chain: PhantomData }
+        Iter {
+            cur: head,
+            _chain: PhantomData,
+        }
     }
 }
 

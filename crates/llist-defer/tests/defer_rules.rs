@@ -1,0 +1,94 @@
+//! Single-threaded checks of the DeferList rules and the detached-chain helpers.
+#![cfg(not(lockless_loom))]
+
+use llist_defer::{Boxed, Chain, ConfigError, DEFAULT_BURST_LIMIT, DeferList, LList, Pushed};
+
+#[test]
+fn limit_zero_is_a_config_error_naming_the_fix() {
+    let err = DeferList::<Boxed<u8>>::with_limit(0).unwrap_err();
+    assert_eq!(err, ConfigError::ZeroLimit);
+    assert!(err.to_string().contains("at least 1"), "{err}");
+    assert_eq!(DeferList::<Boxed<u8>>::new().limit(), DEFAULT_BURST_LIMIT);
+}
+
+#[test]
+fn first_pusher_never_counts_and_only_the_arrival_is_refused() {
+    let list = DeferList::with_limit(2).unwrap();
+    assert_eq!(list.push(Boxed::new(0)).unwrap(), Pushed::First);
+    assert_eq!(
+        list.burst(),
+        0,
+        "the push that found the list empty must not count"
+    );
+    assert_eq!(
+        list.push(Boxed::new(1)).unwrap(),
+        Pushed::Queued { burst: 1 }
+    );
+    assert_eq!(
+        list.push(Boxed::new(2)).unwrap(),
+        Pushed::Queued { burst: 2 }
+    );
+    let refused = list.push(Boxed::new(3)).unwrap_err();
+    assert_eq!((refused.burst, *refused.item), (3, 3));
+    assert!(refused.to_string().contains("burst limit"), "{refused}");
+    // The refused push's increment persists until the next drain, as in the kernel.
+    assert_eq!(list.burst(), 3);
+    assert!(list.push(Boxed::new(4)).is_err());
+    let queued: Vec<i32> = list
+        .take_all()
+        .reverse()
+        .into_iter()
+        .map(Boxed::into_inner)
+        .collect();
+    assert_eq!(
+        queued,
+        [0, 1, 2],
+        "queued items are never dropped by the limit"
+    );
+    assert_eq!(list.burst(), 0);
+    assert_eq!(
+        list.push(Boxed::new(5)).unwrap(),
+        Pushed::First,
+        "after a drain, first again"
+    );
+}
+
+#[test]
+fn chain_pop_count_and_drop_release_every_node() {
+    use std::rc::Rc;
+    let token = Rc::new(());
+    let list = LList::new();
+    for _ in 0..5 {
+        list.add(Boxed::new(token.clone()));
+    }
+    let mut chain: Chain<_> = list.take_all();
+    assert_eq!(chain.len(), 5);
+    assert!(chain.pop().is_some());
+    assert_eq!(Rc::strong_count(&token), 5);
+    drop(chain);
+    assert_eq!(
+        Rc::strong_count(&token),
+        1,
+        "dropping a chain drops its nodes"
+    );
+    list.add(Boxed::new(token.clone()));
+    drop(list);
+    assert_eq!(
+        Rc::strong_count(&token),
+        1,
+        "dropping a list drops its nodes"
+    );
+}
+
+#[test]
+fn add_batch_reports_was_empty_and_keeps_batch_order() {
+    let list = LList::new();
+    assert!(
+        !list.add_batch(Default::default()),
+        "an empty batch changes nothing"
+    );
+    assert!(list.add_batch([1, 2].into_iter().map(Boxed::new).collect()));
+    assert!(!list.add_batch([3, 4].into_iter().map(Boxed::new).collect()));
+    let newest_first: Vec<i32> = list.take_all().map(Boxed::into_inner).collect();
+    assert_eq!(newest_first, [3, 4, 1, 2]);
+}

@@ -1,0 +1,189 @@
+//! loom models of the list protocols (run with `--cfg lockless_loom`, see the README).
+//!
+//! Capacities are shrunk so the model explores the boundaries: burst limits of 1 and 2, two or
+//! three threads, one or two items each.
+#![cfg(lockless_loom)]
+
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+
+use llist_defer::{Boxed, DeferList, LList, Pushed};
+
+/// Item = (pusher, sequence).
+type Item = Boxed<(usize, usize)>;
+
+/// Checks every item arrived once and each pusher's items keep their push order.
+/// `per[p]` is how many items pusher `p` pushed, with sequences `0..per[p]`.
+fn assert_exactly_once_in_order(got: &[(usize, usize)], per: &[usize]) {
+    assert_eq!(
+        got.len(),
+        per.iter().sum::<usize>(),
+        "lost or duplicated: {got:?}"
+    );
+    for (p, &n) in per.iter().enumerate() {
+        let seqs: Vec<usize> = got
+            .iter()
+            .filter(|(q, _)| *q == p)
+            .map(|&(_, s)| s)
+            .collect();
+        assert_eq!(
+            seqs,
+            (0..n).collect::<Vec<_>>(),
+            "pusher {p} out of order in {got:?}"
+        );
+    }
+}
+
+/// (1) Several pushers and one taker: every item delivered exactly once, in each pusher's order.
+#[test]
+fn llist_push_take_all_exactly_once() {
+    loom::model(|| {
+        let list: Arc<LList<Item>> = Arc::new(LList::new());
+        let pushers: Vec<_> = (0..2)
+            .map(|p| {
+                let list = list.clone();
+                thread::spawn(move || {
+                    for s in 0..2 {
+                        list.add(Boxed::new((p, s)));
+                    }
+                })
+            })
+            .collect();
+        // The taker races the pushers; each take is a FIFO batch, batches in take order.
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            got.extend(list.take_all().reverse().into_iter().map(Boxed::into_inner));
+        }
+        for p in pushers {
+            p.join().unwrap();
+        }
+        got.extend(list.take_all().reverse().into_iter().map(Boxed::into_inner));
+        assert_exactly_once_in_order(&got, &[2, 2]);
+        assert!(list.is_empty());
+    });
+}
+
+/// `add_batch` publishes a whole chain at once, racing single adds and a taker.
+#[test]
+fn llist_add_batch_races_add() {
+    loom::model(|| {
+        let list: Arc<LList<Item>> = Arc::new(LList::new());
+        let l2 = list.clone();
+        let batcher = thread::spawn(move || {
+            // Pushed as a batch, front first: after take_all + reverse they come out back first.
+            let batch = [(0, 1), (0, 0)].into_iter().map(Boxed::new).collect();
+            l2.add_batch(batch)
+        });
+        let l3 = list.clone();
+        let single = thread::spawn(move || l3.add(Boxed::new((1, 0))));
+        let mut got: Vec<_> = list
+            .take_all()
+            .reverse()
+            .into_iter()
+            .map(Boxed::into_inner)
+            .collect();
+        let was_empty = [batcher.join().unwrap(), single.join().unwrap()];
+        got.extend(list.take_all().reverse().into_iter().map(Boxed::into_inner));
+        assert_exactly_once_in_order(&got, &[2, 1]);
+        assert!(
+            was_empty.iter().any(|&e| e),
+            "someone must have found the list empty"
+        );
+    });
+}
+
+/// (2) The counting rule, with no drain in between: the first pusher never counts, every
+/// other push counts exactly once (CAS retries included), the counts handed out are 1..=k with
+/// no gaps or repeats, and a push is refused exactly when its count passed the limit.
+#[test]
+fn defer_list_counting_rule() {
+    loom::model(|| {
+        const LIMIT: usize = 1;
+        let list: Arc<DeferList<Item>> = Arc::new(DeferList::with_limit(LIMIT).unwrap());
+        let threads: Vec<_> = (0..3)
+            .map(|p| {
+                let list = list.clone();
+                thread::spawn(move || match list.push(Boxed::new((p, 0))) {
+                    Ok(Pushed::First) => (true, 0, false),
+                    Ok(Pushed::Queued { burst }) => (false, burst, false),
+                    Err(rejected) => (false, rejected.burst, true),
+                })
+            })
+            .collect();
+        let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let firsts = results.iter().filter(|r| r.0).count();
+        assert_eq!(
+            firsts, 1,
+            "exactly one pusher found the list empty: {results:?}"
+        );
+        let mut bursts: Vec<usize> = results.iter().filter(|r| !r.0).map(|r| r.1).collect();
+        bursts.sort_unstable();
+        assert_eq!(
+            bursts,
+            [1, 2],
+            "one increment per non-first push: {results:?}"
+        );
+        assert_eq!(
+            list.burst(),
+            2,
+            "no increment by the first pusher, none repeated"
+        );
+        assert!(
+            list.burst() <= LIMIT + 3,
+            "count bounded by limit + concurrent pushers"
+        );
+        for &(_, burst, refused) in &results {
+            assert_eq!(
+                refused,
+                burst > LIMIT,
+                "refused iff over the limit: {results:?}"
+            );
+        }
+        let kept = list.take_all().count();
+        assert_eq!(
+            kept,
+            3 - results.iter().filter(|r| r.2).count(),
+            "refused items stay out"
+        );
+        assert_eq!(list.burst(), 0, "take_all resets the count");
+    });
+}
+
+/// (3) First pusher drains: pushers follow the kernel protocol (the first takes the lock and
+/// drains, the others return at once), racing. After every thread returns nothing is stranded:
+/// each item was delivered once or refused, per-pusher order is kept, the list is empty.
+#[test]
+fn defer_list_first_pusher_drains_nothing_stranded() {
+    loom::model(|| {
+        let list: Arc<DeferList<Item>> = Arc::new(DeferList::with_limit(2).unwrap());
+        let delivered = Arc::new(Mutex::new(Vec::new()));
+        let threads: Vec<_> = (0..2)
+            .map(|p| {
+                let (list, delivered) = (list.clone(), delivered.clone());
+                thread::spawn(move || {
+                    let mut refused = 0;
+                    for s in 0..2 {
+                        match list.push(Boxed::new((p, s))) {
+                            Ok(Pushed::First) => {
+                                let mut out = delivered.lock().unwrap();
+                                let batch = list.take_all().reverse();
+                                out.extend(batch.into_iter().map(Boxed::into_inner));
+                            }
+                            Ok(Pushed::Queued { .. }) => {}
+                            Err(_) => refused += 1,
+                        }
+                    }
+                    refused
+                })
+            })
+            .collect();
+        let refused: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(
+            refused, 0,
+            "a limit of 2 cannot be passed by 4 pushes with drains"
+        );
+        assert!(list.is_empty(), "an item was stranded on the list");
+        let got = delivered.lock().unwrap().clone();
+        assert_exactly_once_in_order(&got, &[2, 2]);
+    });
+}
