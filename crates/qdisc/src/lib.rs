@@ -14,3 +14,24 @@ pub use qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
 /// A heap packet for tests and benches.
 mod test_packet;
 pub use test_packet::{TestMeta, TestPacket};
+
+/// Monotonic time sources: the real clock and the manual test clock.
+mod clock;
+/// Typed configuration errors of the qdisc builders.
+mod config;
+/// FQ, the fair-queue scheduler with pacing (`sch_fq.c`).
+pub mod fq;
+/// pfifo, bfifo and pfifo_head_drop (`sch_fifo.c`).
+mod pfifo;
+/// pfifo_fast, the default three-band qdisc.
+mod pfifo_fast;
+/// `tc -s qdisc show` formatting helpers.
+mod show;
+
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use config::ConfigError;
+pub use fq::config::{FQ_BANDS, FQ_DEFAULT_WEIGHTS, FQ_MIN_WEIGHT, FqConfig};
+pub use fq::stats::FqStats;
+pub use fq::{Fq, FqBuilder};
+pub use pfifo::{DEFAULT_PSCHED_MTU, DEFAULT_TX_QUEUE_LEN, FifoBuilder, FifoKind, Pfifo};
+pub use pfifo_fast::{PFIFO_FAST_BANDS, PRIO2BAND, PfifoFast, PfifoFastBuilder};

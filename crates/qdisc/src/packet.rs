@@ -58,6 +58,12 @@ pub trait Packet: Node + Send {
     fn tstamp(&self) -> Option<u64>;
     /// Marks the packet ECN Congestion Experienced (FQ's `ce_threshold`).
     fn mark_ce(&mut self);
+    /// The sending socket's pacing rate in bytes per second (`sk->sk_pacing_rate`), if it has
+    /// one. FQ paces packets without an EDT stamp of a socket flow at this rate; `None` means
+    /// unlimited. Orphan packets have no socket, so FQ ignores it for them.
+    fn pacing_rate(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Why a packet was dropped; every drop counter is keyed by one of these.

@@ -22,6 +22,8 @@ pub struct TestMeta {
     pub tstamp: Option<u64>,
     /// Set by [`Packet::mark_ce`].
     pub ce: bool,
+    /// The socket's pacing rate (bytes/s) reported by [`Packet::pacing_rate`].
+    pub pacing_rate: Option<u64>,
 }
 
 /// A boxed packet with an intrusive link: one allocation at creation, none when queued.
@@ -45,6 +47,7 @@ impl TestPacket {
             flow: FlowKey::Orphan { hash: id as u32 },
             tstamp: None,
             ce: false,
+            pacing_rate: None,
         }))
     }
 
@@ -63,6 +66,12 @@ impl TestPacket {
     /// Sets the EDT timestamp (ns).
     pub fn with_tstamp(mut self, tstamp: u64) -> Self {
         self.0.tstamp = Some(tstamp);
+        self
+    }
+
+    /// Sets the socket pacing rate in bytes per second.
+    pub fn with_pacing_rate(mut self, rate: u64) -> Self {
+        self.0.pacing_rate = Some(rate);
         self
     }
 
@@ -114,5 +123,9 @@ impl Packet for TestPacket {
     }
     fn mark_ce(&mut self) {
         self.0.ce = true;
+    }
+    #[inline]
+    fn pacing_rate(&self) -> Option<u64> {
+        self.0.pacing_rate
     }
 }

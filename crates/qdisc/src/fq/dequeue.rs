@@ -1,0 +1,185 @@
+//! `fq_dequeue`, `fq_check_throttled` and `fq_pband_head_select`: the internal queue first,
+//! then release due throttled flows, then weighted round robin over the bands and deficit round
+//! robin over each band's new and old flows, then pacing.
+
+use super::config::FQ_BANDS;
+use super::flow::NIL;
+use super::pacing::pace;
+use super::{Fq, ListSel};
+use crate::packet::Packet;
+
+impl<P: Packet> Fq<P> {
+    /// Moves every throttled flow that is due to its band's old list (`fq_check_throttled`).
+    fn check_throttled(&mut self, now: u64) {
+        if self.time_next_delayed_flow > now.saturating_add(self.cfg.offload_horizon_ns) {
+            return;
+        }
+        // How late the release is: a cheap EWMA (1/8) to diagnose timer problems.
+        let sample = now.wrapping_sub(self.time_next_delayed_flow) as i64;
+        if sample > 0 {
+            self.unthrottle_latency_ns -= self.unthrottle_latency_ns >> 3;
+            self.unthrottle_latency_ns += (sample as u64) >> 3;
+        }
+        let now = now.saturating_add(self.cfg.offload_horizon_ns);
+        self.time_next_delayed_flow = u64::MAX;
+        while let Some((&(tnp, _), &idx)) = self.delayed.first_key_value() {
+            if tnp > now {
+                self.time_next_delayed_flow = tnp;
+                break;
+            }
+            self.flow_unset_throttled(idx);
+        }
+    }
+
+    /// The list to serve in the current band, if the band has credit (`fq_pband_head_select`).
+    #[inline]
+    fn head_select(&self) -> Option<ListSel> {
+        let pband = &self.bands[self.band_nr];
+        if pband.credit <= 0 {
+            None
+        } else if pband.new_flows.first != NIL {
+            Some(ListSel::New)
+        } else if pband.old_flows.first != NIL {
+            Some(ListSel::Old)
+        } else {
+            None
+        }
+    }
+
+    /// Unlinks the first flow of a list of the current band.
+    #[inline]
+    fn pop_head(&mut self, sel: ListSel) -> u32 {
+        let pband = &mut self.bands[self.band_nr];
+        let head = match sel {
+            ListSel::New => &mut pband.new_flows,
+            ListSel::Old => &mut pband.old_flows,
+        };
+        let idx = head.first;
+        head.first = self.table.get(idx).next;
+        idx
+    }
+
+    /// The next packet to send now, with all of FQ's bookkeeping except the generic stats.
+    pub(super) fn fq_dequeue(&mut self) -> Option<P> {
+        if self.qlen == self.stash.len() {
+            return None;
+        }
+        if let Some((src, _)) = self.internal.peek() {
+            let (pkt, _) = self.internal.take(src)?;
+            self.internal.qlen -= 1;
+            return Some(pkt);
+        }
+
+        let now = self.clock.now_ns();
+        self.check_throttled(now);
+        let mut retry = 0;
+        loop {
+            // begin:
+            let Some(sel) = self.head_select() else {
+                // Weighted round robin: give the next band its weight (never more), and keep
+                // going while refills leave bands without credit (the 2024 small-weight fix).
+                let mut found = false;
+                loop {
+                    retry += 1;
+                    if retry > FQ_BANDS {
+                        break;
+                    }
+                    self.band_nr = (self.band_nr + 1) % FQ_BANDS;
+                    let pband = &mut self.bands[self.band_nr];
+                    pband.credit = (pband.credit + pband.quantum).min(pband.quantum);
+                    if pband.credit > 0 {
+                        found = true;
+                        break;
+                    }
+                    retry = 0;
+                }
+                if found {
+                    continue;
+                }
+                // Nothing eligible: the caller's watchdog fires at `next_wakeup()`.
+                return None;
+            };
+            let head_first = match sel {
+                ListSel::New => self.bands[self.band_nr].new_flows.first,
+                ListSel::Old => self.bands[self.band_nr].old_flows.first,
+            };
+            let idx = head_first;
+            retry = 0;
+            if self.table.get(idx).credit <= 0 {
+                self.table.get_mut(idx).credit += i64::from(self.cfg.quantum);
+                self.pop_head(sel);
+                self.flow_add_tail(idx, ListSel::Old);
+                continue;
+            }
+
+            let Some((src, cb)) = self.table.get(idx).peek() else {
+                self.pop_head(sel);
+                // A new flow that ran dry passes once through the old list (anti-starvation);
+                // an old one is detached and left for GC.
+                match sel {
+                    ListSel::New => self.flow_add_tail(idx, ListSel::Old),
+                    ListSel::Old => self.table.set_detached(idx, now),
+                }
+                continue;
+            };
+
+            let f = self.table.get(idx);
+            let time_next_packet = cb.time_to_send.max(f.time_next_packet);
+            if now.saturating_add(self.cfg.offload_horizon_ns) < time_next_packet {
+                self.pop_head(sel);
+                self.table.get_mut(idx).time_next_packet = time_next_packet;
+                self.flow_set_throttled(idx);
+                continue;
+            }
+            let f = self.table.get_mut(idx);
+            let (mut pkt, _) = f.take(src)?;
+            let late = now
+                .wrapping_sub(time_next_packet)
+                .wrapping_sub(self.cfg.ce_threshold_ns);
+            if (late as i64) > 0 {
+                pkt.mark_ce();
+                self.counters.ce_mark += 1;
+            }
+            f.qlen -= 1;
+            if f.qlen == 0 {
+                self.inactive_flows += 1;
+            }
+            self.band_pkt_count[usize::from(cb.band)] -= 1;
+
+            let mut plen = pkt.len() as u64;
+            let f = self.table.get_mut(idx);
+            f.credit -= plen as i64;
+            self.bands[self.band_nr].credit -= plen as i64;
+
+            if !self.cfg.rate_enable {
+                return Some(pkt);
+            }
+            let mut rate = self.cfg.maxrate.unwrap_or(u64::MAX);
+            // With an EDT stamp only maxrate spaces packets; without one, the socket's rate
+            // applies too, per packet below low_rate_threshold, per quantum above it.
+            if !cb.edt {
+                if let Some(r) = self.socket_rate(&pkt) {
+                    rate = rate.min(r);
+                }
+                let f = self.table.get_mut(idx);
+                if rate <= self.cfg.low_rate_threshold {
+                    f.credit = 0;
+                } else {
+                    plen = plen.max(u64::from(self.cfg.quantum));
+                    if f.credit > 0 {
+                        return Some(pkt);
+                    }
+                }
+            }
+            if rate != u64::MAX {
+                let f = self.table.get_mut(idx);
+                let paced = pace(plen, rate, now, f.time_next_packet);
+                f.time_next_packet = paced.time_next_packet;
+                if paced.too_long {
+                    self.counters.pkts_too_long += 1;
+                }
+            }
+            return Some(pkt);
+        }
+    }
+}

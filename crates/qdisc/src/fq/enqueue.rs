@@ -1,0 +1,172 @@
+//! `fq_enqueue`, `fq_classify` and `fq_fastpath_check`.
+
+use super::flow::{FlowState, PktCb};
+use super::{Fq, ListSel};
+use crate::packet::{DropReason, FlowKey, Packet};
+use crate::qdisc::{ToFree, Verdict};
+
+/// Where `fq_classify` put a packet.
+enum Class {
+    /// The fast-path queue.
+    Internal,
+    /// A flow of the table.
+    Flow(u32),
+}
+
+impl<P: Packet> Fq<P> {
+    #[inline]
+    fn drop(&mut self, pkt: P, to_free: &mut ToFree<P>, reason: DropReason) -> Verdict {
+        self.stats.drops += 1;
+        to_free.drop_packet(pkt, reason);
+        Verdict::Dropped(reason)
+    }
+
+    pub(super) fn fq_enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
+        let band = self.band_of(pkt.priority());
+        if self.band_pkt_count[band] >= self.cfg.limit {
+            self.counters.band_drops[band] += 1;
+            return self.drop(pkt, to_free, DropReason::FqBandLimit);
+        }
+
+        let now = self.clock.now_ns();
+        let cb = match pkt.tstamp() {
+            // A zero stamp is "no stamp", as `skb->tstamp == 0` is in the kernel.
+            None | Some(0) => PktCb {
+                time_to_send: now,
+                band: band as u8,
+                edt: false,
+            },
+            Some(mut ts) => {
+                let horizon = now.saturating_add(self.cfg.horizon_ns);
+                if (ts as i64) > (horizon as i64) {
+                    if self.cfg.horizon_drop {
+                        self.counters.horizon_drops += 1;
+                        return self.drop(pkt, to_free, DropReason::FqHorizonLimit);
+                    }
+                    self.counters.horizon_caps += 1;
+                    ts = horizon;
+                }
+                PktCb {
+                    time_to_send: ts,
+                    band: band as u8,
+                    edt: true,
+                }
+            }
+        };
+
+        let len = pkt.len() as u64;
+        match self.classify(&pkt, cb.time_to_send, now) {
+            Class::Internal => {
+                self.internal.qlen += 1;
+                self.internal.push(pkt, cb);
+            }
+            Class::Flow(idx) => {
+                let f = self.table.get(idx);
+                if f.qlen >= self.cfg.flow_limit {
+                    self.counters.flows_plimit += 1;
+                    return self.drop(pkt, to_free, DropReason::FqFlowLimit);
+                }
+                if f.state == FlowState::Detached {
+                    // Like the kernel, the flow joins the new list of the band it last had
+                    // (band 0 for a new flow) before taking this packet's band.
+                    let idle_since = f.age;
+                    self.flow_add_tail(idx, ListSel::New);
+                    let after = now.wrapping_sub(idle_since.wrapping_add(self.cfg.refill_delay_ns));
+                    if (after as i64) > 0 {
+                        let f = self.table.get_mut(idx);
+                        // The kernel compares as u32; a detached flow's credit is never negative.
+                        f.credit = f.credit.max(i64::from(self.cfg.quantum));
+                    }
+                }
+                let f = self.table.get_mut(idx);
+                f.band = band as u8;
+                if f.qlen == 0 {
+                    self.inactive_flows -= 1;
+                }
+                f.qlen += 1;
+                f.push(pkt, cb);
+                self.band_pkt_count[band] += 1;
+            }
+        }
+        self.qlen += 1;
+        self.backlog += len;
+        Verdict::Success
+    }
+
+    /// `fq_fastpath_check`: may this packet skip flows, bands, credit and pacing?
+    fn fastpath_check(&self, pkt: &P, time_to_send: u64, now: u64) -> bool {
+        let horizon = now.saturating_add(self.cfg.offload_horizon_ns);
+        if time_to_send > horizon {
+            return false;
+        }
+        if self.qlen != 0 {
+            // Only if no flow is eligible now, the internal queue is short, and no delayed
+            // flow is due (ordering would break otherwise).
+            if self.flows != self.inactive_flows + self.throttled_flows
+                || self.internal.qlen >= 8
+                || self.time_next_delayed_flow <= horizon
+            {
+                return false;
+            }
+        }
+        // A socket with a finite rate must be paced (the kernel: a non-TCP socket with
+        // SO_MAX_PACING_RATE; TCP paces itself with EDT stamps).
+        if self.socket_rate(pkt).is_some() {
+            return false;
+        }
+        self.cfg.maxrate.is_none()
+    }
+
+    /// `fq_classify`: the fast path, or the packet's flow (found, reused or created).
+    fn classify(&mut self, pkt: &P, time_to_send: u64, now: u64) -> Class {
+        let (key, socket_hash) = match pkt.flow() {
+            // Socket ids shifted left, hashes shifted left with the low bit set: the kernel's
+            // odd-key trick, on 128 bits so that no socket id can collide with a hash.
+            FlowKey::Socket { id, hash } => (u128::from(id) << 1, Some(hash)),
+            FlowKey::Unconnected { hash } | FlowKey::Orphan { hash } => {
+                ((u128::from(hash & self.cfg.orphan_mask) << 1) | 1, None)
+            }
+        };
+
+        if self.fastpath_check(pkt, time_to_send, now) {
+            self.counters.fastpath_packets += 1;
+            return Class::Internal;
+        }
+
+        let gc = self.table.gc(now, key);
+        if gc.freed != 0 {
+            self.flows -= gc.freed;
+            self.inactive_flows -= gc.freed;
+            self.counters.gc_flows += u64::from(gc.freed);
+        }
+
+        if let Some(idx) = self.table.lookup(key) {
+            if let Some(hash) = socket_hash {
+                if self.table.get(idx).socket_hash != hash {
+                    // The socket was freed and its identity reused: start the flow afresh.
+                    let throttled = self.table.get(idx).state == FlowState::Throttled;
+                    let f = self.table.get_mut(idx);
+                    f.credit = i64::from(self.cfg.initial_quantum);
+                    f.socket_hash = hash;
+                    if throttled {
+                        self.flow_unset_throttled(idx);
+                    }
+                    self.table.get_mut(idx).time_next_packet = 0;
+                }
+            }
+            return Class::Flow(idx);
+        }
+
+        if self.table.len() >= self.cfg.max_flows {
+            self.counters.allocation_errors += 1;
+            return Class::Internal;
+        }
+        let idx = self.table.insert(key, now);
+        let f = self.table.get_mut(idx);
+        f.socket_hash = socket_hash.unwrap_or(0);
+        f.credit = i64::from(self.cfg.initial_quantum);
+        self.flows += 1;
+        self.inactive_flows += 1;
+        Class::Flow(idx)
+    }
+}

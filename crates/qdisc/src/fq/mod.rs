@@ -1,0 +1,550 @@
+//! FQ, the fair-queue packet scheduler with per-flow pacing (`net/sched/sch_fq.c`:
+//! `fq_enqueue`, `fq_dequeue`, `fq_classify`, `fq_gc`, `fq_check_throttled`, `fq_reset`,
+//! `fq_dump_stats`).
+//!
+//! Packets are grouped into flows (by socket, or by masked hash for packets without one). Each
+//! of three bands (chosen by `priority & 15` through a priomap) keeps a list of new flows and a
+//! list of old flows, served by deficit round robin with a per-flow credit; the bands share the
+//! link by weighted round robin. A flow can be paced: by the packets' EDT timestamps, by
+//! `maxrate`, or by its socket's pacing rate; a flow that must wait is throttled into a
+//! time-ordered set and [`next_wakeup`](crate::Qdisc::next_wakeup) tells the caller when to
+//! dequeue again. An idle qdisc sends through an unpaced internal queue (the fast path).
+//!
+//! Files: [`flow`] (one flow's packets), [`table`] (flow lookup and bounded GC), `enqueue` and
+//! `dequeue` (the scheduler), [`pacing`] (the delay formula), [`stats`], [`config`] (builder).
+//! FQ reads time from an injected [`Clock`]; it is never bypassable.
+
+use core::fmt;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use llist_defer::{Fifo, NodeRef};
+
+use crate::clock::Clock;
+use crate::packet::{DropReason, FlowKey, Packet};
+use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
+use crate::show::{Rate, Size, Time, fmt_priomap};
+
+/// FQ options, defaults and validation.
+pub mod config;
+/// `fq_dequeue`.
+mod dequeue;
+/// `fq_enqueue` and `fq_classify`.
+mod enqueue;
+/// One flow's packet queue and state.
+mod flow;
+/// The pacing delay.
+mod pacing;
+/// `tc_fq_qd_stats`.
+pub mod stats;
+/// Flow lookup and garbage collection.
+mod table;
+
+use config::{FQ_BANDS, FqConfig};
+use flow::{Flow, FlowState, NIL};
+use stats::{Counters, FqStats};
+use table::FlowTable;
+
+/// Which of a band's two round-robin lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListSel {
+    New,
+    Old,
+}
+
+/// A singly linked list of flows by index (`struct fq_flow_head`).
+#[derive(Debug, Clone, Copy)]
+struct FlowList {
+    first: u32,
+    last: u32,
+}
+
+impl FlowList {
+    const EMPTY: FlowList = FlowList {
+        first: NIL,
+        last: NIL,
+    };
+}
+
+/// One band's lists and WRR credit (`struct fq_perband_flows`).
+#[derive(Debug, Clone, Copy)]
+struct BandFlows {
+    new_flows: FlowList,
+    old_flows: FlowList,
+    credit: i64,
+    /// The band's weight: credit added per WRR round.
+    quantum: i64,
+}
+
+/// The FQ packet scheduler.
+///
+/// ```
+/// use std::sync::Arc;
+/// use qdisc::{Fq, FlowKey, ManualClock, Qdisc, TestPacket, ToFree};
+///
+/// let clock = Arc::new(ManualClock::new(1_000_000));
+/// let mut fq = Fq::with_clock(clock.clone());
+/// let mut to_free = ToFree::new();
+/// let flow = FlowKey::Socket { id: 1, hash: 7 };
+/// // A packet stamped 1 ms ahead waits for its time.
+/// fq.enqueue(TestPacket::new(1, 1000).with_flow(flow).with_tstamp(2_000_000), &mut to_free);
+/// assert!(fq.dequeue().is_none());
+/// assert_eq!(fq.next_wakeup(), Some(2_000_000));
+/// clock.advance(1_000_000);
+/// assert_eq!(fq.dequeue().map(|p| p.id()), Some(1));
+/// ```
+pub struct Fq<P: Packet> {
+    cfg: FqConfig,
+    clock: Arc<dyn Clock>,
+    band_nr: usize,
+    bands: [BandFlows; FQ_BANDS],
+    /// The fast-path queue (`q->internal`), not in the table.
+    internal: Flow<P>,
+    table: FlowTable<P>,
+    /// Throttled flows by (`time_next_packet`, arrival), like the kernel's `delayed` rbtree.
+    delayed: BTreeMap<(u64, u64), u32>,
+    delayed_seq: u64,
+    time_next_delayed_flow: u64,
+    unthrottle_latency_ns: u64,
+    band_pkt_count: [u32; FQ_BANDS],
+    flows: u32,
+    inactive_flows: u32,
+    throttled_flows: u32,
+    counters: Counters,
+    /// `SO_MAX_PACING_RATE` per socket id.
+    socket_max_rate: HashMap<u64, u64>,
+    /// A packet taken by `peek` (`qdisc_peek_dequeued`'s `gso_skb`), still counted as queued.
+    stash: Fifo<P>,
+    qlen: usize,
+    backlog: u64,
+    stats: QdiscStats,
+}
+
+impl<P: Packet> Fq<P> {
+    /// An FQ with the kernel's defaults reading `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        match FqBuilder::new().clock(clock).build() {
+            Ok(q) => q,
+            // The defaults are valid by construction.
+            Err(e) => unreachable!("default fq options rejected: {e}"),
+        }
+    }
+
+    pub(crate) fn from_config(cfg: FqConfig, clock: Arc<dyn Clock>) -> Self {
+        let w = cfg.weights;
+        let band = |i: usize| BandFlows {
+            new_flows: FlowList::EMPTY,
+            old_flows: FlowList::EMPTY,
+            credit: 0,
+            quantum: i64::from(w[i]),
+        };
+        let buckets = 1usize << cfg.buckets_log;
+        Fq {
+            bands: [band(0), band(1), band(2)],
+            table: FlowTable::with_capacity(buckets),
+            cfg,
+            clock,
+            band_nr: 0,
+            internal: Flow::new(),
+            delayed: BTreeMap::new(),
+            delayed_seq: 0,
+            time_next_delayed_flow: u64::MAX,
+            unthrottle_latency_ns: 0,
+            band_pkt_count: [0; FQ_BANDS],
+            flows: 0,
+            inactive_flows: 0,
+            throttled_flows: 0,
+            counters: Counters::default(),
+            socket_max_rate: HashMap::new(),
+            stash: Fifo::new(),
+            qlen: 0,
+            backlog: 0,
+            stats: QdiscStats::default(),
+        }
+    }
+
+    /// The options in force.
+    pub fn config(&self) -> &FqConfig {
+        &self.cfg
+    }
+
+    /// The clock FQ reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Sets (`Some`) or clears (`None`) the `SO_MAX_PACING_RATE` of socket `id` in bytes per
+    /// second. It caps the pacing rate of that socket's packets without an EDT stamp, and a
+    /// socket with a finite cap never takes the unpaced fast path.
+    pub fn set_socket_max_pacing_rate(&mut self, id: u64, rate: Option<u64>) {
+        match rate {
+            Some(r) => self.socket_max_rate.insert(id, r),
+            None => self.socket_max_rate.remove(&id),
+        };
+    }
+
+    /// The FQ counters (`tc_fq_qd_stats`), read now.
+    pub fn fq_stats(&self) -> FqStats {
+        let now = self.clock.now_ns();
+        let c = &self.counters;
+        FqStats {
+            gc_flows: c.gc_flows,
+            highprio_packets: 0,
+            tcp_retrans: 0,
+            throttled: c.throttled,
+            flows_plimit: c.flows_plimit,
+            pkts_too_long: c.pkts_too_long,
+            allocation_errors: c.allocation_errors,
+            time_next_delayed_flow: self
+                .time_next_delayed_flow
+                .wrapping_add(self.cfg.timer_slack_ns)
+                .wrapping_sub(now) as i64,
+            flows: self.flows,
+            inactive_flows: self.inactive_flows,
+            throttled_flows: self.throttled_flows,
+            unthrottle_latency_ns: self.unthrottle_latency_ns.min(u64::from(u32::MAX)) as u32,
+            ce_mark: c.ce_mark,
+            horizon_drops: c.horizon_drops,
+            horizon_caps: c.horizon_caps,
+            fastpath_packets: c.fastpath_packets,
+            band_drops: c.band_drops,
+            band_pkt_count: self.band_pkt_count,
+        }
+    }
+
+    /// The hrtimer slack the watchdog may add to [`next_wakeup`](Qdisc::next_wakeup), ns.
+    pub fn timer_slack_ns(&self) -> u64 {
+        self.cfg.timer_slack_ns
+    }
+
+    /// The band of a priority through the priomap.
+    #[inline]
+    pub fn band_of(&self, priority: u32) -> usize {
+        usize::from(self.cfg.priomap[(priority & 15) as usize])
+    }
+
+    /// The effective pacing rate of a packet's socket (`sk_pacing_rate`, capped by
+    /// `SO_MAX_PACING_RATE`); `None` for orphans and unlimited sockets.
+    #[inline]
+    fn socket_rate(&self, pkt: &P) -> Option<u64> {
+        let cap = match pkt.flow() {
+            FlowKey::Orphan { .. } => return None,
+            FlowKey::Socket { id, .. } if !self.socket_max_rate.is_empty() => {
+                self.socket_max_rate.get(&id).copied()
+            }
+            _ => None,
+        };
+        match (pkt.pacing_rate(), cap) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Appends flow `idx` to its band's new or old list (`fq_flow_add_tail`).
+    fn flow_add_tail(&mut self, idx: u32, sel: ListSel) {
+        let f = self.table.get_mut(idx);
+        f.next = NIL;
+        f.state = FlowState::Listed;
+        let band = usize::from(f.band);
+        let head = match sel {
+            ListSel::New => &mut self.bands[band].new_flows,
+            ListSel::Old => &mut self.bands[band].old_flows,
+        };
+        let prev_last = head.last;
+        let was_empty = head.first == NIL;
+        if was_empty {
+            head.first = idx;
+        }
+        head.last = idx;
+        if !was_empty {
+            self.table.get_mut(prev_last).next = idx;
+        }
+    }
+
+    /// Puts flow `idx` into the delayed set (`fq_flow_set_throttled`).
+    fn flow_set_throttled(&mut self, idx: u32) {
+        self.delayed_seq += 1;
+        let f = self.table.get_mut(idx);
+        let key = (f.time_next_packet, self.delayed_seq);
+        f.delayed_key = key;
+        f.state = FlowState::Throttled;
+        f.next = NIL;
+        self.delayed.insert(key, idx);
+        self.throttled_flows += 1;
+        self.counters.throttled += 1;
+        if self.time_next_delayed_flow > key.0 {
+            self.time_next_delayed_flow = key.0;
+        }
+    }
+
+    /// Takes flow `idx` out of the delayed set onto its band's old list
+    /// (`fq_flow_unset_throttled`).
+    fn flow_unset_throttled(&mut self, idx: u32) {
+        let key = self.table.get(idx).delayed_key;
+        self.delayed.remove(&key);
+        self.throttled_flows -= 1;
+        self.flow_add_tail(idx, ListSel::Old);
+    }
+
+    /// Checks every internal invariant and counter against a full scan (O(flows + packets));
+    /// for tests. Returns a description of the first inconsistency.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut qlen = self.stash.len() + self.internal.qlen as usize;
+        let mut backlog: u64 = self.stash.iter().map(|p| p.len() as u64).sum();
+        self.internal.for_each(|p, _| backlog += p.len() as u64);
+        let mut band_pkts = [0u32; FQ_BANDS];
+        let (mut inactive, mut throttled) = (0u32, 0u32);
+        let mut live = 0u32;
+        for idx in self.table.live() {
+            live += 1;
+            let f = self.table.get(idx);
+            let mut n = 0u32;
+            f.for_each(|p, cb| {
+                n += 1;
+                backlog += p.len() as u64;
+                band_pkts[usize::from(cb.band)] += 1;
+            });
+            if n != f.qlen {
+                return Err(format!("flow {idx}: qlen {} but {n} packets", f.qlen));
+            }
+            qlen += n as usize;
+            if f.qlen == 0 {
+                inactive += 1;
+            }
+            match f.state {
+                FlowState::Throttled => {
+                    throttled += 1;
+                    if self.delayed.get(&f.delayed_key) != Some(&idx) {
+                        return Err(format!("flow {idx} throttled but not in the delayed set"));
+                    }
+                }
+                FlowState::Detached if f.qlen != 0 => {
+                    return Err(format!("flow {idx} detached with {} packets", f.qlen));
+                }
+                _ => {}
+            }
+        }
+        let checks = [
+            ("qlen", self.qlen as u64, qlen as u64),
+            ("backlog", self.backlog, backlog),
+            ("flows", u64::from(self.flows), u64::from(live)),
+            (
+                "inactive_flows",
+                u64::from(self.inactive_flows),
+                u64::from(inactive),
+            ),
+            (
+                "throttled_flows",
+                u64::from(self.throttled_flows),
+                u64::from(throttled),
+            ),
+            (
+                "delayed set",
+                self.delayed.len() as u64,
+                u64::from(throttled),
+            ),
+        ];
+        for (name, kept, counted) in checks {
+            if kept != counted {
+                return Err(format!("{name}: kept {kept}, counted {counted}"));
+            }
+        }
+        if band_pkts != self.band_pkt_count {
+            return Err(format!(
+                "band_pkt_count {:?}, counted {band_pkts:?}",
+                self.band_pkt_count
+            ));
+        }
+        let mut listed = 0u32;
+        for b in &self.bands {
+            for head in [b.new_flows, b.old_flows] {
+                let mut i = head.first;
+                while i != NIL {
+                    listed += 1;
+                    if listed > live {
+                        return Err("a round-robin list loops".into());
+                    }
+                    if self.table.get(i).state != FlowState::Listed {
+                        return Err(format!("flow {i} on a list but not listed"));
+                    }
+                    i = self.table.get(i).next;
+                }
+            }
+        }
+        let want = self
+            .table
+            .live()
+            .filter(|&i| self.table.get(i).state == FlowState::Listed);
+        if want.count() as u32 != listed {
+            return Err("a listed flow is on no list".into());
+        }
+        Ok(())
+    }
+
+    /// Entries in the GC age queue (a bounded bookkeeping structure; exposed for tests).
+    #[doc(hidden)]
+    pub fn gc_queue_len(&self) -> usize {
+        self.table.age_queue_len()
+    }
+}
+
+pub use config::FqBuilder;
+
+impl<P: Packet> Qdisc<P> for Fq<P> {
+    fn kind(&self) -> &'static str {
+        "fq"
+    }
+
+    fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
+        self.fq_enqueue(pkt, to_free)
+    }
+
+    fn dequeue(&mut self) -> Option<P> {
+        let pkt = match self.stash.pop_front() {
+            Some(p) => p,
+            None => self.fq_dequeue()?,
+        };
+        let len = pkt.len() as u64;
+        self.qlen -= 1;
+        self.backlog -= len;
+        self.stats.bytes += len;
+        self.stats.packets += 1;
+        Some(pkt)
+    }
+
+    fn peek(&mut self) -> Option<NodeRef<'_, P>> {
+        if self.stash.is_empty() {
+            let p = self.fq_dequeue()?;
+            self.stash.push_back(p);
+        }
+        self.stash.front()
+    }
+
+    fn len(&self) -> usize {
+        self.qlen
+    }
+
+    fn backlog(&self) -> u64 {
+        self.backlog
+    }
+
+    fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason) {
+        let mut dropped = 0;
+        while let Some(p) = self.stash.pop_front() {
+            dropped += 1;
+            to_free.drop_packet(p, reason);
+        }
+        dropped += self.internal.purge(to_free, reason).0;
+        let live: Vec<u32> = self.table.live().collect();
+        for idx in live {
+            dropped += self.table.get_mut(idx).purge(to_free, reason).0;
+        }
+        self.table.clear();
+        for b in &mut self.bands {
+            b.new_flows = FlowList::EMPTY;
+            b.old_flows = FlowList::EMPTY;
+        }
+        self.band_pkt_count = [0; FQ_BANDS];
+        self.delayed.clear();
+        self.time_next_delayed_flow = u64::MAX;
+        self.flows = 0;
+        self.inactive_flows = 0;
+        self.throttled_flows = 0;
+        self.qlen = 0;
+        self.backlog = 0;
+        self.stats.drops += dropped;
+    }
+
+    fn can_bypass(&self) -> bool {
+        false
+    }
+
+    fn stats(&self) -> QdiscStats {
+        QdiscStats {
+            qlen: self.qlen as u64,
+            backlog: self.backlog,
+            ..self.stats
+        }
+    }
+
+    fn next_wakeup(&self) -> Option<u64> {
+        if self.qlen == 0 {
+            return None;
+        }
+        self.delayed.first_key_value().map(|(k, _)| k.0)
+    }
+
+    fn fmt_xstats(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.fq_stats())
+    }
+}
+
+impl<P: Packet> fmt::Debug for Fq<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fq")
+            .field("qlen", &self.qlen)
+            .field("backlog", &self.backlog)
+            .field("flows", &self.flows)
+            .field("throttled_flows", &self.throttled_flows)
+            .field("config", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `tc -s qdisc show` output: the options line as `fq_print_opt` prints it, the generic stats
+/// lines and FQ's own lines.
+impl<P: Packet> fmt::Display for Fq<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.cfg;
+        write!(
+            f,
+            "qdisc fq 0: root refcnt 2 limit {}p flow_limit {}p buckets {} orphan_mask {} ",
+            c.limit,
+            c.flow_limit,
+            1u32 << c.buckets_log,
+            c.orphan_mask
+        )?;
+        if !c.rate_enable {
+            f.write_str("nopacing ")?;
+        }
+        write!(f, "bands {FQ_BANDS} priomap ")?;
+        fmt_priomap(f, &c.priomap)?;
+        write!(
+            f,
+            " weights {} {} {} ",
+            c.weights[0], c.weights[1], c.weights[2]
+        )?;
+        write!(
+            f,
+            "quantum {} initial_quantum {} ",
+            Size(c.quantum.into()),
+            Size(c.initial_quantum.into())
+        )?;
+        if let Some(r) = c.maxrate {
+            write!(f, "maxrate {} ", Rate(r))?;
+        }
+        if c.low_rate_threshold != 0 {
+            write!(f, "low_rate_threshold {} ", Rate(c.low_rate_threshold))?;
+        }
+        write!(f, "refill_delay {} ", Time(c.refill_delay_ns))?;
+        if c.ce_threshold_ns != u64::from(u32::MAX) * 1000 {
+            write!(f, "ce_threshold {} ", Time(c.ce_threshold_ns))?;
+        }
+        write!(
+            f,
+            "timer_slack {} horizon {} ",
+            Time(c.timer_slack_ns),
+            Time(c.horizon_ns)
+        )?;
+        f.write_str(if c.horizon_drop {
+            "horizon_drop"
+        } else {
+            "horizon_cap"
+        })?;
+        if c.offload_horizon_ns != 0 {
+            write!(f, " offload_horizon {}", Time(c.offload_horizon_ns))?;
+        }
+        write!(f, "{}", self.stats())?;
+        self.fmt_xstats(f)
+    }
+}

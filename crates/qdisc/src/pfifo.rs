@@ -1,0 +1,324 @@
+//! pfifo, bfifo and pfifo_head_drop: one FIFO with a packet or byte limit (`sch_fifo.c`:
+//! `pfifo_enqueue`, `bfifo_enqueue`, `pfifo_tail_enqueue`, `fifo_init`).
+//!
+//! - pfifo: at most `limit` packets; a full queue drops the **arriving** packet.
+//! - bfifo: at most `limit` bytes of backlog; the arriving packet is dropped if it would exceed it.
+//! - pfifo_head_drop: at most `limit` packets; a full queue drops the **oldest** packet, queues
+//!   the new one and reports [`Verdict::Congested`]; limit 0 drops everything.
+//!
+//! Without a limit the kernel takes `tx_queue_len` packets (1000), times `psched_mtu` bytes for
+//! bfifo (1514 on Ethernet). The qdisc may be bypassed when empty if it can hold at least one
+//! packet (pfifo: limit ≥ 1; bfifo: limit ≥ `psched_mtu`), as `fifo_init` sets
+//! `TCQ_F_CAN_BYPASS`. Packets sit in an intrusive [`Fifo`], so queueing allocates nothing.
+
+use core::fmt;
+
+use llist_defer::{Fifo, NodeRef};
+
+use crate::config::ConfigError;
+use crate::packet::{DropReason, Packet};
+use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
+use crate::show::Size;
+
+/// The default `tx_queue_len` of a network device.
+pub const DEFAULT_TX_QUEUE_LEN: u32 = 1000;
+/// The default `psched_mtu`: an Ethernet MTU of 1500 plus its 14-byte hard header.
+pub const DEFAULT_PSCHED_MTU: u32 = 1514;
+
+/// Which of the three `sch_fifo.c` disciplines a [`Pfifo`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FifoKind {
+    /// Packet limit, tail drop (`pfifo`).
+    Pfifo,
+    /// Byte limit, tail drop (`bfifo`).
+    Bfifo,
+    /// Packet limit, head drop (`pfifo_head_drop`).
+    PfifoHeadDrop,
+}
+
+impl FifoKind {
+    /// The `tc` kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            FifoKind::Pfifo => "pfifo",
+            FifoKind::Bfifo => "bfifo",
+            FifoKind::PfifoHeadDrop => "pfifo_head_drop",
+        }
+    }
+}
+
+/// Builds a [`Pfifo`] (any of the three kinds) the way `fifo_init` reads its options.
+///
+/// ```
+/// use qdisc::{FifoBuilder, Qdisc, TestPacket};
+///
+/// let q = FifoBuilder::bfifo().tx_queue_len(10).build::<TestPacket>().unwrap();
+/// assert_eq!(q.limit(), 10 * 1514); // txqlen × psched_mtu
+/// assert_eq!(q.kind(), "bfifo");
+/// ```
+#[derive(Debug, Clone)]
+pub struct FifoBuilder {
+    kind: FifoKind,
+    limit: Option<u64>,
+    tx_queue_len: u32,
+    psched_mtu: u32,
+}
+
+impl FifoBuilder {
+    fn new(kind: FifoKind) -> Self {
+        FifoBuilder {
+            kind,
+            limit: None,
+            tx_queue_len: DEFAULT_TX_QUEUE_LEN,
+            psched_mtu: DEFAULT_PSCHED_MTU,
+        }
+    }
+
+    /// A pfifo (packet limit, tail drop).
+    pub fn pfifo() -> Self {
+        Self::new(FifoKind::Pfifo)
+    }
+
+    /// A bfifo (byte limit, tail drop).
+    pub fn bfifo() -> Self {
+        Self::new(FifoKind::Bfifo)
+    }
+
+    /// A pfifo_head_drop (packet limit, drop the oldest).
+    pub fn head_drop() -> Self {
+        Self::new(FifoKind::PfifoHeadDrop)
+    }
+
+    /// `limit`: packets (pfifo, pfifo_head_drop) or bytes (bfifo), up to `u32::MAX` like the
+    /// kernel's `tc_fifo_qopt`. 0 is accepted and drops every packet.
+    pub fn limit(mut self, limit: u64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The device's `tx_queue_len`, the default limit when none is given (default 1000).
+    pub fn tx_queue_len(mut self, len: u32) -> Self {
+        self.tx_queue_len = len;
+        self
+    }
+
+    /// The device's `psched_mtu` (MTU + hard header), for bfifo's default limit and its bypass
+    /// rule (default 1514). Must be at least 1.
+    pub fn psched_mtu(mut self, mtu: u32) -> Self {
+        self.psched_mtu = mtu;
+        self
+    }
+
+    /// Validates and builds.
+    pub fn build<P: Packet>(self) -> Result<Pfifo<P>, ConfigError> {
+        let name = self.kind.name();
+        if self.psched_mtu == 0 {
+            return Err(ConfigError::new(
+                name,
+                "psched_mtu",
+                0,
+                "1..=4294967295 (bytes)",
+            ));
+        }
+        let limit = match self.limit {
+            Some(l) if l > u64::from(u32::MAX) => {
+                return Err(ConfigError::new(name, "limit", l, "0..=4294967295"));
+            }
+            Some(l) => l,
+            None => match self.kind {
+                FifoKind::Bfifo => u64::from(self.tx_queue_len) * u64::from(self.psched_mtu),
+                _ => u64::from(self.tx_queue_len),
+            },
+        };
+        let can_bypass = match self.kind {
+            FifoKind::Bfifo => limit >= u64::from(self.psched_mtu),
+            _ => limit >= 1,
+        };
+        Ok(Pfifo {
+            queue: Fifo::new(),
+            kind: self.kind,
+            limit,
+            can_bypass,
+            stats: QdiscStats::default(),
+        })
+    }
+}
+
+/// pfifo / bfifo / pfifo_head_drop over an intrusive FIFO.
+///
+/// ```
+/// use qdisc::{DropReason, Pfifo, Qdisc, TestPacket, ToFree, Verdict};
+///
+/// let mut q = Pfifo::builder().limit(1).build().unwrap();
+/// let mut to_free = ToFree::new();
+/// assert_eq!(q.enqueue(TestPacket::new(1, 100), &mut to_free), Verdict::Success);
+/// assert_eq!(
+///     q.enqueue(TestPacket::new(2, 100), &mut to_free),
+///     Verdict::Dropped(DropReason::QdiscOverlimit)
+/// );
+/// assert_eq!(q.dequeue().map(|p| p.id()), Some(1));
+/// ```
+pub struct Pfifo<P: Packet> {
+    queue: Fifo<P>,
+    kind: FifoKind,
+    limit: u64,
+    can_bypass: bool,
+    stats: QdiscStats,
+}
+
+impl<P: Packet> Pfifo<P> {
+    /// A pfifo builder (see [`FifoBuilder::bfifo`] and [`FifoBuilder::head_drop`] for the others).
+    pub fn builder() -> FifoBuilder {
+        FifoBuilder::pfifo()
+    }
+
+    /// A pfifo with the default limit of 1000 packets.
+    pub fn new() -> Self {
+        Self::from_defaults(FifoBuilder::pfifo())
+    }
+
+    /// A bfifo with the default limit of 1000 × 1514 bytes.
+    pub fn bfifo() -> Self {
+        Self::from_defaults(FifoBuilder::bfifo())
+    }
+
+    /// A pfifo_head_drop with the default limit of 1000 packets.
+    pub fn head_drop() -> Self {
+        Self::from_defaults(FifoBuilder::head_drop())
+    }
+
+    fn from_defaults(b: FifoBuilder) -> Self {
+        match b.build() {
+            Ok(q) => q,
+            // The defaults are valid by construction.
+            Err(e) => unreachable!("default fifo options rejected: {e}"),
+        }
+    }
+
+    /// Which discipline this is.
+    pub fn fifo_kind(&self) -> FifoKind {
+        self.kind
+    }
+
+    /// The limit: packets, or bytes for bfifo.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    #[inline]
+    fn push(&mut self, pkt: P) {
+        self.stats.backlog += pkt.len() as u64;
+        self.queue.push_back(pkt);
+    }
+}
+
+impl<P: Packet> Default for Pfifo<P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P: Packet> Qdisc<P> for Pfifo<P> {
+    fn kind(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    #[inline]
+    fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
+        match self.kind {
+            FifoKind::Pfifo => {
+                if (self.queue.len() as u64) < self.limit {
+                    self.push(pkt);
+                    return Verdict::Success;
+                }
+            }
+            FifoKind::Bfifo => {
+                if self.stats.backlog + pkt.len() as u64 <= self.limit {
+                    self.push(pkt);
+                    return Verdict::Success;
+                }
+            }
+            FifoKind::PfifoHeadDrop => {
+                if self.limit == 0 {
+                    // fall through to the tail drop below
+                } else if (self.queue.len() as u64) < self.limit {
+                    self.push(pkt);
+                    return Verdict::Success;
+                } else if let Some(old) = self.queue.pop_front() {
+                    self.stats.backlog -= old.len() as u64;
+                    self.stats.drops += 1;
+                    to_free.drop_packet(old, DropReason::QdiscOverlimit);
+                    self.push(pkt);
+                    return Verdict::Congested(DropReason::QdiscOverlimit);
+                }
+            }
+        }
+        self.stats.drops += 1;
+        to_free.drop_packet(pkt, DropReason::QdiscOverlimit);
+        Verdict::Dropped(DropReason::QdiscOverlimit)
+    }
+
+    #[inline]
+    fn dequeue(&mut self) -> Option<P> {
+        let pkt = self.queue.pop_front()?;
+        let len = pkt.len() as u64;
+        self.stats.backlog -= len;
+        self.stats.bytes += len;
+        self.stats.packets += 1;
+        Some(pkt)
+    }
+
+    fn peek(&mut self) -> Option<NodeRef<'_, P>> {
+        self.queue.front()
+    }
+
+    fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn backlog(&self) -> u64 {
+        self.stats.backlog
+    }
+
+    fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason) {
+        while let Some(p) = self.queue.pop_front() {
+            self.stats.drops += 1;
+            to_free.drop_packet(p, reason);
+        }
+        self.stats.backlog = 0;
+    }
+
+    fn can_bypass(&self) -> bool {
+        self.can_bypass
+    }
+
+    fn stats(&self) -> QdiscStats {
+        QdiscStats {
+            qlen: self.queue.len() as u64,
+            ..self.stats
+        }
+    }
+}
+
+impl<P: Packet> fmt::Debug for Pfifo<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pfifo")
+            .field("kind", &self.kind)
+            .field("limit", &self.limit)
+            .field("qlen", &self.queue.len())
+            .field("backlog", &self.stats.backlog)
+            .finish()
+    }
+}
+
+/// `tc -s qdisc show` output: `qdisc pfifo 0: root refcnt 2 limit 1000p` and the stats lines.
+impl<P: Packet> fmt::Display for Pfifo<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "qdisc {} 0: root refcnt 2 limit ", self.kind.name())?;
+        match self.kind {
+            FifoKind::Bfifo => write!(f, "{}", Size(self.limit))?,
+            _ => write!(f, "{}p", self.limit)?,
+        }
+        write!(f, "{}", self.stats())
+    }
+}

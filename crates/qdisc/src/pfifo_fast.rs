@@ -1,0 +1,227 @@
+//! pfifo_fast, the default qdisc (`sch_generic.c`: `pfifo_fast_enqueue`, `pfifo_fast_dequeue`,
+//! `pfifo_fast_init`).
+//!
+//! Three bands served in strict priority, band 0 first. A packet's band is
+//! `prio2band[priority & 15]` with the table [`PRIO2BAND`]. Each band holds at most
+//! `tx_queue_len` packets (the kernel's per-band `skb_array` ring), so the qdisc holds up to three
+//! times that; a full band drops the arriving packet. `tx_queue_len` 0 is refused, as
+//! `pfifo_fast_init` returns `EINVAL`. The qdisc is work-conserving and may be bypassed.
+//!
+//! The kernel's lockless rings and MISSED re-scan belong to the transmit engine's run protocol;
+//! here each band is an intrusive [`Fifo`] used under the engine's lock.
+
+use core::fmt;
+
+use llist_defer::{Fifo, NodeRef};
+
+use crate::config::ConfigError;
+use crate::packet::{DropReason, Packet};
+use crate::pfifo::DEFAULT_TX_QUEUE_LEN;
+use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
+use crate::show::fmt_priomap;
+
+/// Number of pfifo_fast bands.
+pub const PFIFO_FAST_BANDS: usize = 3;
+
+/// The kernel's `sch_default_prio2band`: the band of each `priority & 15` (also FQ's default
+/// priomap).
+pub const PRIO2BAND: [u8; 16] = [1, 2, 2, 2, 1, 2, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
+
+/// Builds a [`PfifoFast`].
+///
+/// ```
+/// use qdisc::{PfifoFast, TestPacket};
+///
+/// assert!(PfifoFast::<TestPacket>::builder().tx_queue_len(0).build().is_err());
+/// let q = PfifoFast::<TestPacket>::builder().tx_queue_len(64).build().unwrap();
+/// assert_eq!(q.band_capacity(), 64);
+/// ```
+#[derive(Debug, Clone)]
+pub struct PfifoFastBuilder {
+    tx_queue_len: u32,
+}
+
+impl PfifoFastBuilder {
+    /// The per-band capacity, the device's `tx_queue_len` (default 1000, at least 1).
+    pub fn tx_queue_len(mut self, len: u32) -> Self {
+        self.tx_queue_len = len;
+        self
+    }
+
+    /// Validates and builds.
+    pub fn build<P: Packet>(self) -> Result<PfifoFast<P>, ConfigError> {
+        if self.tx_queue_len == 0 {
+            return Err(ConfigError::new(
+                "pfifo_fast",
+                "tx_queue_len",
+                0,
+                "1..=4294967295 (packets per band)",
+            ));
+        }
+        Ok(PfifoFast {
+            bands: [Fifo::new(), Fifo::new(), Fifo::new()],
+            capacity: self.tx_queue_len as usize,
+            qlen: 0,
+            stats: QdiscStats::default(),
+        })
+    }
+}
+
+/// The default qdisc: three strict-priority bands of bounded FIFOs.
+///
+/// ```
+/// use qdisc::{PfifoFast, Qdisc, TestPacket, ToFree};
+///
+/// let mut q = PfifoFast::new();
+/// let mut to_free = ToFree::new();
+/// q.enqueue(TestPacket::new(1, 100).with_priority(1), &mut to_free); // band 2
+/// q.enqueue(TestPacket::new(2, 100).with_priority(6), &mut to_free); // band 0
+/// assert_eq!(q.dequeue().map(|p| p.id()), Some(2));
+/// assert_eq!(q.dequeue().map(|p| p.id()), Some(1));
+/// ```
+pub struct PfifoFast<P: Packet> {
+    bands: [Fifo<P>; PFIFO_FAST_BANDS],
+    capacity: usize,
+    qlen: usize,
+    stats: QdiscStats,
+}
+
+impl<P: Packet> PfifoFast<P> {
+    /// A builder with `tx_queue_len` 1000.
+    pub fn builder() -> PfifoFastBuilder {
+        PfifoFastBuilder {
+            tx_queue_len: DEFAULT_TX_QUEUE_LEN,
+        }
+    }
+
+    /// A pfifo_fast with 1000 packets per band.
+    pub fn new() -> Self {
+        PfifoFast {
+            bands: [Fifo::new(), Fifo::new(), Fifo::new()],
+            capacity: DEFAULT_TX_QUEUE_LEN as usize,
+            qlen: 0,
+            stats: QdiscStats::default(),
+        }
+    }
+
+    /// The band a priority maps to.
+    #[inline]
+    pub fn band_of(priority: u32) -> usize {
+        PRIO2BAND[(priority & 15) as usize] as usize
+    }
+
+    /// Packets per band at most.
+    pub fn band_capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Packets queued in `band` (0..3).
+    pub fn band_len(&self, band: usize) -> usize {
+        self.bands.get(band).map_or(0, Fifo::len)
+    }
+}
+
+impl<P: Packet> Default for PfifoFast<P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P: Packet> Qdisc<P> for PfifoFast<P> {
+    fn kind(&self) -> &'static str {
+        "pfifo_fast"
+    }
+
+    #[inline]
+    fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
+        let band = &mut self.bands[Self::band_of(pkt.priority())];
+        if band.len() >= self.capacity {
+            self.stats.drops += 1;
+            to_free.drop_packet(pkt, DropReason::QdiscOverlimit);
+            return Verdict::Dropped(DropReason::QdiscOverlimit);
+        }
+        self.stats.backlog += pkt.len() as u64;
+        band.push_back(pkt);
+        self.qlen += 1;
+        Verdict::Success
+    }
+
+    #[inline]
+    fn dequeue(&mut self) -> Option<P> {
+        for band in &mut self.bands {
+            if let Some(pkt) = band.pop_front() {
+                let len = pkt.len() as u64;
+                self.qlen -= 1;
+                self.stats.backlog -= len;
+                self.stats.bytes += len;
+                self.stats.packets += 1;
+                return Some(pkt);
+            }
+        }
+        None
+    }
+
+    fn peek(&mut self) -> Option<NodeRef<'_, P>> {
+        self.bands.iter().find_map(Fifo::front)
+    }
+
+    fn len(&self) -> usize {
+        self.qlen
+    }
+
+    fn backlog(&self) -> u64 {
+        self.stats.backlog
+    }
+
+    fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason) {
+        for band in &mut self.bands {
+            while let Some(p) = band.pop_front() {
+                self.stats.drops += 1;
+                to_free.drop_packet(p, reason);
+            }
+        }
+        self.qlen = 0;
+        self.stats.backlog = 0;
+    }
+
+    fn can_bypass(&self) -> bool {
+        true
+    }
+
+    fn stats(&self) -> QdiscStats {
+        QdiscStats {
+            qlen: self.qlen as u64,
+            ..self.stats
+        }
+    }
+}
+
+impl<P: Packet> fmt::Debug for PfifoFast<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PfifoFast")
+            .field(
+                "band_len",
+                &[
+                    self.bands[0].len(),
+                    self.bands[1].len(),
+                    self.bands[2].len(),
+                ],
+            )
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+/// `tc -s qdisc show` output:
+/// `qdisc pfifo_fast 0: root refcnt 2 bands 3 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1` and the
+/// stats lines.
+impl<P: Packet> fmt::Display for PfifoFast<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "qdisc pfifo_fast 0: root refcnt 2 bands {PFIFO_FAST_BANDS} priomap "
+        )?;
+        fmt_priomap(f, &PRIO2BAND)?;
+        write!(f, "{}", self.stats())
+    }
+}
