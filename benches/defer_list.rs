@@ -1,0 +1,305 @@
+//! Many producers, one consumer: the defer list against what a Rust user would pick instead.
+//!
+//! Every strategy moves the same pre-allocated boxed items (allocation is outside the timed
+//! region; each producer writes its item just before pushing it, as it would write a packet) from P producer threads to one consumer thread, which reads each item and keeps it
+//! in a sink. Bounded structures make a producer that finds them full yield and retry.
+//!
+//! - `defer_list`: `DeferList` (limit 1000) of intrusive `Boxed<u64>`; the consumer takes the
+//!   whole list with one swap and reverses it to FIFO.
+//! - `segqueue`: `crossbeam_queue::SegQueue<Box<u64>>`, one pop per item.
+//! - `arrayqueue`: `crossbeam_queue::ArrayQueue<Box<u64>>` of 1024, one pop per item.
+//! - `mpsc`: `std::sync::mpsc::channel`, one recv per item.
+//! - `mutex_vecdeque`: `Mutex<VecDeque<Box<u64>>>`; the consumer swaps the whole deque out under
+//!   the lock (the strongest way to use it).
+//!
+//! Run: `cargo bench --bench defer_list`.
+
+use std::collections::VecDeque;
+use std::hint::black_box;
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use crossbeam_queue::{ArrayQueue, SegQueue};
+use llist_defer::{Boxed, DeferList, Fifo};
+
+/// Items per criterion iteration.
+const ITEMS: u64 = 10_000;
+
+/// A transport under test: shared state, how producers push, how the consumer drains.
+trait Transport: Send + Sync + 'static {
+    type Item: Send + 'static;
+    fn make(v: u64) -> Self::Item;
+    /// Writes the item just before it is pushed, as a producer writes a packet.
+    fn touch(item: &mut Self::Item, v: u64);
+    fn push(&self, item: Self::Item);
+    /// Drains what is there, reading each item and moving it to the sink; returns how many.
+    fn drain(&self, sink: &mut Sink<Self::Item>) -> u64;
+}
+
+/// Where the consumer keeps items until the timing ends (freeing is not what we measure).
+struct Sink<T> {
+    boxes: Vec<T>,
+    nodes: Fifo<Boxed<u64>>,
+    sum: u64,
+}
+
+struct Defer(DeferList<Boxed<u64>>);
+impl Transport for Defer {
+    type Item = Boxed<u64>;
+    fn make(v: u64) -> Boxed<u64> {
+        Boxed::new(v)
+    }
+    fn touch(item: &mut Boxed<u64>, v: u64) {
+        **item = v;
+    }
+    fn push(&self, mut item: Boxed<u64>) {
+        loop {
+            match self.0.push(item) {
+                Ok(_) => return,
+                Err(rejected) => {
+                    item = rejected.into_inner();
+                    thread::yield_now();
+                }
+            }
+        }
+    }
+    fn drain(&self, sink: &mut Sink<Boxed<u64>>) -> u64 {
+        let mut batch = self.0.take_all().reverse();
+        let n = batch.len() as u64;
+        sink.sum += batch.iter().map(|n| **n).sum::<u64>();
+        sink.nodes.append(&mut batch);
+        n
+    }
+}
+
+struct Seg(SegQueue<Box<u64>>);
+impl Transport for Seg {
+    type Item = Box<u64>;
+    fn make(v: u64) -> Box<u64> {
+        Box::new(v)
+    }
+    fn touch(item: &mut Box<u64>, v: u64) {
+        **item = v;
+    }
+    fn push(&self, item: Box<u64>) {
+        self.0.push(item);
+    }
+    fn drain(&self, sink: &mut Sink<Box<u64>>) -> u64 {
+        let mut n = 0;
+        while let Some(b) = self.0.pop() {
+            sink.sum += *b;
+            sink.boxes.push(b);
+            n += 1;
+        }
+        n
+    }
+}
+
+struct Array(ArrayQueue<Box<u64>>);
+impl Transport for Array {
+    type Item = Box<u64>;
+    fn make(v: u64) -> Box<u64> {
+        Box::new(v)
+    }
+    fn touch(item: &mut Box<u64>, v: u64) {
+        **item = v;
+    }
+    fn push(&self, mut item: Box<u64>) {
+        while let Err(back) = self.0.push(item) {
+            item = back;
+            thread::yield_now();
+        }
+    }
+    fn drain(&self, sink: &mut Sink<Box<u64>>) -> u64 {
+        let mut n = 0;
+        while let Some(b) = self.0.pop() {
+            sink.sum += *b;
+            sink.boxes.push(b);
+            n += 1;
+        }
+        n
+    }
+}
+
+struct Channel {
+    tx: Mutex<Option<mpsc::Sender<Box<u64>>>>,
+    rx: Mutex<mpsc::Receiver<Box<u64>>>,
+}
+thread_local! {
+    static SENDER: std::cell::RefCell<Option<mpsc::Sender<Box<u64>>>> = const { std::cell::RefCell::new(None) };
+}
+impl Transport for Channel {
+    type Item = Box<u64>;
+    fn make(v: u64) -> Box<u64> {
+        Box::new(v)
+    }
+    fn touch(item: &mut Box<u64>, v: u64) {
+        **item = v;
+    }
+    fn push(&self, item: Box<u64>) {
+        // Each producer clones the sender once, as a user would.
+        SENDER.with(|s| {
+            let mut s = s.borrow_mut();
+            let tx = s.get_or_insert_with(|| self.tx.lock().unwrap().clone().unwrap());
+            tx.send(item).unwrap();
+        });
+    }
+    fn drain(&self, sink: &mut Sink<Box<u64>>) -> u64 {
+        let rx = self.rx.lock().unwrap();
+        let mut n = 0;
+        while let Ok(b) = rx.try_recv() {
+            sink.sum += *b;
+            sink.boxes.push(b);
+            n += 1;
+        }
+        n
+    }
+}
+
+struct MutexDeque(Mutex<VecDeque<Box<u64>>>);
+thread_local! {
+    static LOCAL: std::cell::RefCell<VecDeque<Box<u64>>> = std::cell::RefCell::new(VecDeque::with_capacity(4096));
+}
+impl Transport for MutexDeque {
+    type Item = Box<u64>;
+    fn make(v: u64) -> Box<u64> {
+        Box::new(v)
+    }
+    fn touch(item: &mut Box<u64>, v: u64) {
+        **item = v;
+    }
+    fn push(&self, item: Box<u64>) {
+        self.0.lock().unwrap().push_back(item);
+    }
+    fn drain(&self, sink: &mut Sink<Box<u64>>) -> u64 {
+        LOCAL.with(|local| {
+            let mut local = local.borrow_mut();
+            std::mem::swap(&mut *self.0.lock().unwrap(), &mut *local);
+            let n = local.len() as u64;
+            for b in local.drain(..) {
+                sink.sum += *b;
+                sink.boxes.push(b);
+            }
+            n
+        })
+    }
+}
+
+/// Moves `total` items from `producers` threads to one consumer; returns the consumer's time.
+fn run<T: Transport>(shared: Arc<T>, producers: usize, total: u64) -> Duration {
+    let per = total / producers as u64;
+    let total = per * producers as u64;
+    let start = Arc::new(Barrier::new(producers + 2));
+    let workers: Vec<_> = (0..producers)
+        .map(|p| {
+            let (shared, start) = (shared.clone(), start.clone());
+            // Allocated before the barrier: not timed.
+            let items: Vec<T::Item> = (0..per).map(|_| T::make(0)).collect();
+            thread::spawn(move || {
+                start.wait();
+                for (i, mut item) in (p as u64 * per..).zip(items) {
+                    T::touch(&mut item, i);
+                    shared.push(item);
+                }
+            })
+        })
+        .collect();
+    let consumer = {
+        let (shared, start) = (shared.clone(), start.clone());
+        thread::spawn(move || {
+            let mut sink = Sink {
+                boxes: Vec::with_capacity(total as usize),
+                nodes: Fifo::new(),
+                sum: 0,
+            };
+            start.wait();
+            let t0 = Instant::now();
+            let mut got = 0;
+            while got < total {
+                let n = shared.drain(&mut sink);
+                if n == 0 {
+                    thread::yield_now();
+                }
+                got += n;
+            }
+            let elapsed = t0.elapsed();
+            assert_eq!(
+                sink.sum,
+                total * (total - 1) / 2,
+                "lost or duplicated items"
+            );
+            black_box(&sink.boxes);
+            (elapsed, sink)
+        })
+    };
+    start.wait();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let (elapsed, sink) = consumer.join().unwrap();
+    drop(sink); // freeing happens after the timing
+    elapsed
+}
+
+/// The criterion entry point.
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("mpsc_transfer");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .throughput(Throughput::Elements(ITEMS));
+    for producers in [1usize, 2, 4, 8] {
+        g.bench_with_input(
+            BenchmarkId::new("defer_list", producers),
+            &producers,
+            |b, &p| {
+                b.iter_custom(|iters| {
+                    let q = Arc::new(Defer(DeferList::with_limit(1000).unwrap()));
+                    run(q, p, iters * ITEMS)
+                })
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("segqueue", producers),
+            &producers,
+            |b, &p| b.iter_custom(|iters| run(Arc::new(Seg(SegQueue::new())), p, iters * ITEMS)),
+        );
+        g.bench_with_input(
+            BenchmarkId::new("arrayqueue", producers),
+            &producers,
+            |b, &p| {
+                b.iter_custom(|iters| run(Arc::new(Array(ArrayQueue::new(1024))), p, iters * ITEMS))
+            },
+        );
+        g.bench_with_input(BenchmarkId::new("mpsc", producers), &producers, |b, &p| {
+            b.iter_custom(|iters| {
+                let (tx, rx) = mpsc::channel();
+                let q = Channel {
+                    tx: Mutex::new(Some(tx)),
+                    rx: Mutex::new(rx),
+                };
+                run(Arc::new(q), p, iters * ITEMS)
+            })
+        });
+        g.bench_with_input(
+            BenchmarkId::new("mutex_vecdeque", producers),
+            &producers,
+            |b, &p| {
+                b.iter_custom(|iters| {
+                    run(
+                        Arc::new(MutexDeque(Mutex::new(VecDeque::new()))),
+                        p,
+                        iters * ITEMS,
+                    )
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
