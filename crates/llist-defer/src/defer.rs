@@ -196,11 +196,11 @@ impl<N: Node> DeferList<N> {
         match pushed {
             Ok(true) => Ok(Pushed::First),
             Ok(false) => Ok(Pushed::Queued { burst }),
-            // SAFETY: a refused push never published the link; the node is still ours.
-            Err(()) => Err(Rejected {
-                item: unsafe { N::from_link(link) },
-                burst,
-            }),
+            Err(()) => {
+                // SAFETY: a refused push never published the link; the node is still ours.
+                let item = unsafe { N::from_link(link) };
+                Err(Rejected { item, burst })
+            }
         }
     }
 
