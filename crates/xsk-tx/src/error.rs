@@ -1,0 +1,215 @@
+//! The crate's error type: every failure names its cause and, where there is one, the fix.
+
+use std::fmt;
+use std::io;
+
+/// What went wrong, with the cause and the fix in the message.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The interface does not exist in the calling thread's network namespace.
+    NoSuchInterface {
+        /// The name asked for.
+        name: String,
+    },
+    /// The operation needs privileges the process lacks.
+    PermissionDenied {
+        /// What was attempted (`"AF_XDP socket"`, `"bpf(BPF_PROG_LOAD)"`, ...).
+        op: &'static str,
+        /// The privileges it needs.
+        needs: &'static str,
+        /// The errno.
+        source: io::Error,
+    },
+    /// The queue id is not below the device's queue count.
+    QueueOutOfRange {
+        /// Interface name.
+        ifname: String,
+        /// Queue asked for.
+        queue: u32,
+        /// Queues the device has (the smaller of its RX and TX counts).
+        count: u32,
+    },
+    /// Zero-copy was demanded but the driver cannot do it for this queue.
+    ZeroCopyUnsupported {
+        /// Interface name.
+        ifname: String,
+    },
+    /// A packet does not fit in a UMEM frame.
+    FrameTooLarge {
+        /// Packet length in bytes.
+        len: u32,
+        /// Largest packet a frame holds at that offset.
+        max: u32,
+    },
+    /// A packet is longer than the interface's MTU plus the Ethernet header.
+    LargerThanMtu {
+        /// Packet length in bytes (with the Ethernet header).
+        len: u32,
+        /// The interface's MTU (without the Ethernet header).
+        mtu: u32,
+    },
+    /// A frame address lies outside the UMEM.
+    BadAddress {
+        /// The address (an offset into the UMEM).
+        addr: u64,
+        /// The UMEM's length in bytes.
+        umem_len: u64,
+    },
+    /// The kernel has no AF_XDP (or lacks a needed feature).
+    KernelTooOld {
+        /// What was missing.
+        what: &'static str,
+        /// The errno.
+        source: io::Error,
+    },
+    /// A ring size is zero or not a power of two.
+    BadRingSize {
+        /// Which ring.
+        ring: &'static str,
+        /// The size asked for.
+        size: u32,
+    },
+    /// The UMEM geometry is invalid.
+    BadUmem {
+        /// Why, and what is accepted.
+        reason: String,
+    },
+    /// The socket has no ring of that kind (it was configured without it).
+    NoRing {
+        /// Which ring.
+        ring: &'static str,
+    },
+    /// The queue is already bound by another AF_XDP socket, or the UMEM's own socket was used
+    /// up by an earlier failed bind.
+    Busy {
+        /// What was busy.
+        what: String,
+    },
+    /// Any other system call failure.
+    Io {
+        /// What was attempted.
+        op: &'static str,
+        /// The errno.
+        source: io::Error,
+    },
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Privileges for AF_XDP sockets.
+pub(crate) const NEEDS_XSK: &str = "root, or CAP_NET_RAW and CAP_NET_ADMIN (plus CAP_IPC_LOCK \
+                                    or a large enough RLIMIT_MEMLOCK for the UMEM)";
+/// Privileges for loading and attaching BPF programs.
+pub(crate) const NEEDS_BPF: &str = "root, or CAP_BPF and CAP_NET_ADMIN";
+
+impl Error {
+    /// Classifies a failed system call `op`: permission errnos become
+    /// [`Error::PermissionDenied`] with `needs`, the rest [`Error::Io`].
+    pub(crate) fn sys(op: &'static str, needs: &'static str, source: io::Error) -> Error {
+        match source.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => Error::PermissionDenied { op, needs, source },
+            _ => Error::Io { op, source },
+        }
+    }
+
+    /// The underlying errno, if this error came from a system call.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::PermissionDenied { source, .. }
+            | Error::KernelTooOld { source, .. }
+            | Error::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NoSuchInterface { name } => write!(
+                f,
+                "no network interface named {name:?} in this network namespace; check `ip link` \
+                 (run inside the namespace the interface lives in)"
+            ),
+            Error::PermissionDenied { op, needs, source } => {
+                write!(f, "{op}: permission denied ({source}); this needs {needs}")
+            }
+            Error::QueueOutOfRange {
+                ifname,
+                queue,
+                count,
+            } => write!(
+                f,
+                "queue {queue} is out of range: {ifname} has {count} queue(s) (0..{count}); pick \
+                 a smaller queue id or raise the count (`ethtool -L {ifname} combined N`, or \
+                 `numtxqueues/numrxqueues` for veth)"
+            ),
+            Error::ZeroCopyUnsupported { ifname } => write!(
+                f,
+                "zero-copy AF_XDP is not supported by the driver of {ifname}; bind in copy mode \
+                 (BindMode::Copy) or let the kernel choose (BindMode::Auto)"
+            ),
+            Error::FrameTooLarge { len, max } => write!(
+                f,
+                "packet of {len} bytes does not fit in its UMEM frame (at most {max} bytes at \
+                 that offset); use larger frames or shorter packets"
+            ),
+            Error::LargerThanMtu { len, mtu } => write!(
+                f,
+                "packet of {len} bytes exceeds the interface MTU {mtu} plus the 14-byte Ethernet \
+                 header; shorten it or raise the MTU (`ip link set DEV mtu N`)"
+            ),
+            Error::BadAddress { addr, umem_len } => write!(
+                f,
+                "frame address {addr:#x} is outside the UMEM of {umem_len} bytes; addresses are \
+                 offsets from the start of the registered region"
+            ),
+            Error::KernelTooOld { what, source } => write!(
+                f,
+                "the kernel lacks {what} ({source}); AF_XDP needs Linux 5.4 or later built with \
+                 CONFIG_XDP_SOCKETS=y; use the UDP drivers (UdpSendmmsg, UdpIoUring) instead"
+            ),
+            Error::BadRingSize { ring, size } => write!(
+                f,
+                "{ring} ring size {size} is invalid: it must be a non-zero power of two \
+                 (e.g. 2048)"
+            ),
+            Error::BadUmem { reason } => write!(f, "invalid UMEM: {reason}"),
+            Error::NoRing { ring } => write!(
+                f,
+                "this socket has no {ring} ring; configure one in SocketConfig before binding"
+            ),
+            Error::Busy { what } => write!(f, "{what}"),
+            Error::Io { op, source } => write!(f, "{op} failed: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::PermissionDenied { source, .. }
+            | Error::KernelTooOld { source, .. }
+            | Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        let kind = match &e {
+            Error::PermissionDenied { .. } => io::ErrorKind::PermissionDenied,
+            Error::NoSuchInterface { .. } => io::ErrorKind::NotFound,
+            Error::Busy { .. } => io::ErrorKind::ResourceBusy,
+            Error::ZeroCopyUnsupported { .. } | Error::KernelTooOld { .. } => {
+                io::ErrorKind::Unsupported
+            }
+            Error::Io { source, .. } => source.kind(),
+            _ => io::ErrorKind::InvalidInput,
+        };
+        io::Error::new(kind, e)
+    }
+}

@@ -1,0 +1,295 @@
+//! Test harness: private network namespaces joined by a veth pair, so AF_XDP tests and benches
+//! send real packets without touching any other interface.
+//!
+//! [`VethPair::create`] makes two namespaces with names unique to this process (prefix, pid,
+//! counter), a veth pair with explicit queue counts across them (`ip link add ... numtxqueues
+//! N numrxqueues N type veth peer ...`), fixed MACs and addresses, permanent neighbour
+//! entries (an XDP program that redirects every packet would swallow ARP) and IPv6 off (no
+//! stray router solicitations). Dropping it deletes both namespaces, which destroys the veth —
+//! also on panic, since `Drop` runs while unwinding. Namespaces left by a killed run (dead pid)
+//! are removed on the next run.
+//!
+//! Code runs inside a namespace on a dedicated thread that `setns`es into it
+//! ([`NetNs::run`], [`NetNs::spawn`]); the test's other threads stay where they were. Sockets
+//! keep the namespace they were created in, so they may be used from any thread afterwards.
+//!
+//! [`veth_or_skip`] is the entry point for tests: it returns `None` with a visible `SKIPPED:`
+//! line when the machine cannot run them (not root, no `ip`), and fails instead when
+//! `LOCKLESS_XMIT_REQUIRE_NETNS=1` is set, as in CI.
+
+use std::fs::File;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+use std::process::Command;
+use std::sync::Once;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread;
+
+use crate::sys;
+
+/// Environment variable that turns a skip into a failure.
+pub const REQUIRE_ENV: &str = "LOCKLESS_XMIT_REQUIRE_NETNS";
+/// Prefix of every namespace this harness creates.
+pub const PREFIX: &str = "lxx-";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+static REAP: Once = Once::new();
+
+/// Runs `ip ARGS`, failing with its stderr.
+pub fn ip(args: &[&str]) -> io::Result<()> {
+    let out = Command::new("ip").args(args).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Whether this process can create namespaces and veth pairs; `Err` says why not.
+pub fn available() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not running as root".into());
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err("the `ip` command (iproute2) is not installed".into()),
+    }
+}
+
+/// Reports a test that cannot run: `SKIPPED:` on stderr, or a panic when
+/// `LOCKLESS_XMIT_REQUIRE_NETNS=1`.
+pub fn skip(test: &str, reason: &str) {
+    if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
+        panic!("{test}: cannot run: {reason}, and {REQUIRE_ENV}=1 forbids skipping");
+    }
+    eprintln!("SKIPPED: {test}: {reason} (needs root and iproute2)");
+}
+
+/// A veth pair for `test`, or `None` after reporting a skip (see [`skip`]).
+pub fn veth_or_skip(test: &str, queues: u32) -> Option<VethPair> {
+    if let Err(reason) = available() {
+        skip(test, &reason);
+        return None;
+    }
+    match VethPair::create(queues) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            skip(test, &format!("cannot create namespaces/veth: {e}"));
+            None
+        }
+    }
+}
+
+/// Removes namespaces of earlier runs whose process is gone.
+fn reap_stale() {
+    let Ok(dir) = std::fs::read_dir("/var/run/netns") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = ip(&["netns", "del", &name]);
+        }
+    }
+}
+
+/// A named network namespace owned by this value; deleted on drop.
+#[derive(Debug)]
+pub struct NetNs {
+    name: String,
+}
+
+impl NetNs {
+    /// Creates namespace `name` (`ip netns add`) with its loopback up.
+    pub fn create(name: &str) -> io::Result<NetNs> {
+        ip(&["netns", "add", name])?;
+        let ns = NetNs {
+            name: name.to_owned(),
+        };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `ip -n NAME ARGS`.
+    pub fn ip(&self, args: &[&str]) -> io::Result<()> {
+        let mut all = vec!["-n", self.name.as_str()];
+        all.extend_from_slice(args);
+        ip(&all)
+    }
+
+    fn enter(name: &str) -> io::Result<()> {
+        let f = File::open(format!("/var/run/netns/{name}"))?;
+        sys::setns_net(f.as_fd())
+    }
+
+    /// Runs `f` on a thread inside the namespace and returns its result; a panic in `f` is
+    /// resumed here.
+    pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> io::Result<T> {
+        let name = self.name.as_str();
+        thread::scope(|s| {
+            let h = s.spawn(move || {
+                Self::enter(name)?;
+                Ok(f())
+            });
+            match h.join() {
+                Ok(r) => r,
+                Err(p) => std::panic::resume_unwind(p),
+            }
+        })
+    }
+
+    /// Spawns a thread inside the namespace running `f`. The thread panics if it cannot enter.
+    pub fn spawn<T: Send + 'static, F: FnOnce() -> T + Send + 'static>(
+        &self,
+        f: F,
+    ) -> thread::JoinHandle<T> {
+        let name = self.name.clone();
+        thread::spawn(move || {
+            if let Err(e) = Self::enter(&name) {
+                panic!("cannot enter network namespace {name}: {e}");
+            }
+            f()
+        })
+    }
+
+    /// Writes a sysctl under `/proc/sys` as seen from inside the namespace.
+    pub fn sysctl(&self, key: &str, value: &str) -> io::Result<()> {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let value = value.to_owned();
+        self.run(move || std::fs::write(path, value))?
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        if let Err(e) = ip(&["netns", "del", &self.name]) {
+            eprintln!(
+                "warning: could not delete network namespace {}: {e}",
+                self.name
+            );
+        }
+    }
+}
+
+/// One end of a veth pair.
+#[derive(Debug)]
+pub struct VethEnd {
+    /// The namespace this end lives in.
+    pub ns: NetNs,
+    /// Interface name (at most 15 bytes).
+    pub ifname: String,
+    /// MAC address.
+    pub mac: [u8; 6],
+    /// IPv4 address (/24).
+    pub ip: Ipv4Addr,
+}
+
+/// Two namespaces joined by a veth pair: `a` (where AF_XDP runs) and `b` (the peer).
+#[derive(Debug)]
+pub struct VethPair {
+    /// The AF_XDP side.
+    pub a: VethEnd,
+    /// The kernel-socket side.
+    pub b: VethEnd,
+    /// RX and TX queues on each end.
+    pub queues: u32,
+}
+
+impl VethPair {
+    /// Creates the namespaces and the pair with `queues` RX and TX queues on each end.
+    pub fn create(queues: u32) -> io::Result<VethPair> {
+        REAP.call_once(reap_stale);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let base = format!("{PREFIX}{pid}-{n}");
+        let ns_a = NetNs::create(&format!("{base}-a"))?;
+        let ns_b = NetNs::create(&format!("{base}-b"))?;
+        // Interfaces live only in our namespaces, so short fixed names cannot collide.
+        let (if_a, if_b) = (format!("xa{n}"), format!("xb{n}"));
+        let subnet = (n % 250) as u8 + 1;
+        let a = VethEnd {
+            ns: ns_a,
+            ifname: if_a,
+            mac: [0x02, 0x58, 0x53, 0x4b, subnet, 0x0a],
+            ip: Ipv4Addr::new(10, 201, subnet, 1),
+        };
+        let b = VethEnd {
+            ns: ns_b,
+            ifname: if_b,
+            mac: [0x02, 0x58, 0x53, 0x4b, subnet, 0x0b],
+            ip: Ipv4Addr::new(10, 201, subnet, 2),
+        };
+        let q = queues.max(1).to_string();
+        a.ns.ip(&[
+            "link",
+            "add",
+            &a.ifname,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &b.ifname,
+            "netns",
+            b.ns.name(),
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+        ])?;
+        for (me, peer) in [(&a, &b), (&b, &a)] {
+            // Best effort: without it the tests filter stray IPv6 frames anyway.
+            let _ = me.ns.sysctl("net.ipv6.conf.all.disable_ipv6", "1");
+            let _ = me.ns.sysctl("net.ipv6.conf.default.disable_ipv6", "1");
+            me.ns
+                .ip(&["link", "set", &me.ifname, "address", &mac_str(&me.mac)])?;
+            me.ns
+                .ip(&["addr", "add", &format!("{}/24", me.ip), "dev", &me.ifname])?;
+            me.ns.ip(&["link", "set", &me.ifname, "up"])?;
+            me.ns.ip(&[
+                "neigh",
+                "replace",
+                &peer.ip.to_string(),
+                "lladdr",
+                &mac_str(&peer.mac),
+                "dev",
+                &me.ifname,
+                "nud",
+                "permanent",
+            ])?;
+        }
+        Ok(VethPair {
+            a,
+            b,
+            queues: queues.max(1),
+        })
+    }
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn mac_str(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
