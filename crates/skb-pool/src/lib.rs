@@ -1,5 +1,65 @@
-//! Per-owner frame pool with remote-free deferral: the user-space `skb_attempt_defer_free`.
+//! Per-owner frame pool with lock-free remote-free deferral: the user-space
+//! `skb_attempt_defer_free`, over one memory region usable as an AF_XDP UMEM.
 //!
-//! Not written yet. It will own the frame region (one mmap, usable as an AF_XDP UMEM), the `Skb`
-//! handle whose drop returns the frame home, per-owner handles with a local cache, and the
-//! lock-free remote-free path through the owner's `DeferList`.
+//! A [`Pool`] maps a [`Region`] of fixed-size frames. Each thread that allocates registers a
+//! [`PoolHandle`] (an *owner*, the kernel's CPU) and gets [`Skb`]s: one-pointer handles of a
+//! frame with a kernel-style data window (`put`/`push`/`pull`/`trim`) and the metadata a qdisc
+//! and a driver need. Dropping an `Skb` returns its frame to the owner that allocated it: into
+//! the owner's cache on the owner's thread, else through the owner's lock-free defer list
+//! (`skb_attempt_defer_free`), which the owner drains in its poll loop (`skb_defer_free_flush`)
+//! after being kicked at half of `defer_max` (`kick_defer_list_purge`). A frame handed to the
+//! kernel ([`Skb::into_addr`]) comes back through [`Pool::skb_from_addr`], which validates the
+//! address before touching anything.
+//!
+//! ```
+//! use skb_pool::{Pool, SocketRef};
+//!
+//! let pool = Pool::builder().frame_size(2048).frame_count(1024).build()?;
+//! // What an AF_XDP UMEM registration needs:
+//! let (base, len, chunk) = (pool.region().base(), pool.region().len(), pool.region().frame_size());
+//! assert_eq!((len, chunk), (1024 * 2048, 2048));
+//! assert_eq!(base as usize % 4096, 0);
+//!
+//! let mut owner = pool.handle()?;
+//! let mut skb = owner.alloc()?;
+//! skb.put_slice(&[0u8; 64])?;
+//! skb.set_priority(6);
+//! skb.set_socket(Some(SocketRef { id: 7, connected: true }));
+//! let len = skb.len() as u32;
+//! let addr = skb.into_addr();                // into a TX descriptor {addr, len}
+//! let done = pool.skb_from_addr(addr)?;      // from the completion ring
+//! assert_eq!((done.len() as u32, done.priority()), (len, 6));
+//! drop(done);                                // back to the owner's cache
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+/// Typed errors with causes and fixes.
+mod error;
+/// `PoolHandle`: owner-local cache, batched remote frees, the owner's drain.
+mod handle;
+/// Per-frame metadata in a side array, and the free-frame node.
+mod meta;
+/// `Pool`, its builder, the shared state and its lifetime.
+mod pool;
+/// The frame region: one mmap, optionally huge pages, usable as an AF_XDP UMEM.
+mod region;
+/// Remote free: the owner's defer list, kick and drain (`skb_attempt_defer_free`).
+mod remote;
+/// `Skb`: the owned frame handle and its data window.
+mod skb;
+/// Handle and pool counters.
+mod stats;
+/// Atomics, mutex and thread-locals, switched to loom under `--cfg lockless_loom`.
+mod sync;
+
+pub use error::{AddrError, BuildError, PoolError, SkbError};
+pub use handle::PoolHandle;
+pub use pool::{
+    DEFAULT_CACHE_MAX, DEFAULT_DEFER_MAX, DEFAULT_FRAME_COUNT, DEFAULT_FRAME_SIZE,
+    DEFAULT_HEADROOM, DEFAULT_MAX_OWNERS, DEFAULT_REMOTE_BATCH, MAX_FRAME_SIZE, MAX_OWNERS,
+    MIN_FRAME_SIZE, OwnerState, Pool, PoolBuilder,
+};
+pub use region::{HugePages, Region};
+pub use remote::Wake;
+pub use skb::{OwnerId, Skb, SocketRef};
+pub use stats::{HandleStats, PoolStats};

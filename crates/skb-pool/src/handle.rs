@@ -1,0 +1,525 @@
+//! [`PoolHandle`]: one owner thread's view of the pool — the kernel's per-CPU side of
+//! `skb_attempt_defer_free` / `skb_defer_free_flush`, with page_pool's owner-only cache.
+//!
+//! A handle owns a slot (its [`OwnerId`]) and a local state no other thread touches: a LIFO
+//! cache of free frames, the chain last taken from its defer list, one outgoing batch per other
+//! owner, and its share of pool references. Allocation pops the cache without an atomic; when
+//! the cache is dry it drains, in order: its defer list (splicing the taken chain in O(1)), the
+//! shared overflow list, a depot batch, and the defer lists of vacant slots.
+//!
+//! Dropping an [`Skb`] looks up the calling thread's handle for the frame's pool (a short
+//! thread-local list, usually of one). On the owner's thread the frame goes into the cache. On
+//! another thread with a handle it joins that handle's batch for the owner, pushed with one
+//! `add_batch` when it reaches `remote_batch` frames, on [`PoolHandle::flush_frees`], and when
+//! that handle is dropped (snmalloc's message batching). On a thread without a handle it is
+//! deferred alone, exactly as the kernel does it.
+//!
+//! # Why `!Send`
+//!
+//! The thread-local registration is what tells an `Skb`'s drop that it runs on its owner's
+//! thread and may touch the owner's cache without atomics. A handle moved to another thread
+//! would leave that registration behind, and two threads would then share the cache unguarded.
+//! So a handle stays on the thread that made it (`!Send`, `!Sync`); make one per thread.
+
+use core::fmt;
+use core::marker::PhantomData;
+use core::ptr::{self, NonNull};
+use std::sync::PoisonError;
+
+use llist_defer::{Chain, Fifo};
+
+use crate::error::{AddrError, PoolError};
+use crate::meta::Frame;
+use crate::pool::{Pool, PoolInner};
+use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
+use crate::skb::{OwnerId, Skb};
+use crate::stats::HandleStats;
+use crate::sync::LOCALS;
+
+/// Pool references a handle buys at once for the frames it hands out.
+const CREDIT_BATCH: usize = 1024;
+/// Above this many spare references a handle gives back all but `CREDIT_BATCH`.
+const CREDIT_HIGH: usize = 4 * CREDIT_BATCH;
+
+/// Where the chain in `Local::taken` came from, for the stats.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Own,
+    Overflow,
+}
+
+/// A handle's thread-local state. Reached through a raw pointer both from its [`PoolHandle`]
+/// and from `Skb` drops on the same thread; a `&mut Local` is only ever formed for the span of
+/// one method that runs no user code and drops no `Skb`, so those borrows never overlap.
+pub(crate) struct Local {
+    pool: NonNull<PoolInner>,
+    slot: NonNull<OwnerSlot>,
+    id: u16,
+    cache: Fifo<Frame>,
+    taken: Chain<Frame>,
+    taken_src: Source,
+    outgoing: Box<[Fifo<Frame>]>,
+    dirty: Box<[u64]>,
+    credits: usize,
+    stats: HandleStats,
+    /// Next handle registered on this thread.
+    next: *mut Local,
+}
+
+impl Local {
+    #[inline]
+    fn pool(&self) -> &PoolInner {
+        // SAFETY: the handle owning this state holds a pool reference.
+        unsafe { self.pool.as_ref() }
+    }
+
+    #[inline]
+    fn slot(&self) -> &OwnerSlot {
+        // SAFETY: the slot is in the pool's slot array, alive as long as the pool.
+        unsafe { self.slot.as_ref() }
+    }
+
+    /// The allocation path: poll the kick, pop the cache or the taken chain, else refill.
+    #[inline]
+    fn alloc_frame(&mut self) -> Option<Frame> {
+        if self.slot().is_pending() {
+            self.drain_own();
+        }
+        let frame = match self.cache.pop_front() {
+            Some(f) => f,
+            None => match self.pop_taken() {
+                Some(f) => f,
+                None => self.refill()?,
+            },
+        };
+        if self.credits == 0 {
+            self.pool().acquire(CREDIT_BATCH);
+            self.credits = CREDIT_BATCH;
+        }
+        self.credits -= 1; // this reference now travels with the frame
+        frame.init(self.id, self.pool().cfg.headroom);
+        self.stats.allocs += 1;
+        Some(frame)
+    }
+
+    #[inline]
+    fn pop_taken(&mut self) -> Option<Frame> {
+        let f = self.taken.pop()?;
+        match self.taken_src {
+            Source::Own => self.stats.drained += 1,
+            Source::Overflow => self.stats.overflow_taken += 1,
+        }
+        Some(f)
+    }
+
+    /// Puts a freshly taken chain where allocation finds it: in O(1) as the taken chain if that
+    /// is empty, else reversed onto the cache.
+    fn splice(&mut self, chain: Chain<Frame>, src: Source) {
+        if chain.is_empty() {
+            return;
+        }
+        if self.taken.is_empty() {
+            self.taken = chain;
+            self.taken_src = src;
+        } else {
+            let mut fifo = chain.reverse();
+            match src {
+                Source::Own => self.stats.drained += fifo.len() as u64,
+                Source::Overflow => self.stats.overflow_taken += fifo.len() as u64,
+            }
+            self.cache.append(&mut fifo);
+        }
+    }
+
+    /// `skb_defer_free_flush` for this owner. Returns whether frames were found.
+    fn drain_own(&mut self) -> bool {
+        let chain = self.slot().drain();
+        if chain.is_empty() {
+            return false;
+        }
+        self.stats.drains += 1;
+        self.splice(chain, Source::Own);
+        true
+    }
+
+    #[cold]
+    fn refill(&mut self) -> Option<Frame> {
+        if self.drain_own() {
+            return self.pop_taken();
+        }
+        let overflow = self.pool().overflow.take_all();
+        if !overflow.is_empty() {
+            self.splice(overflow, Source::Overflow);
+            return self.pop_taken();
+        }
+        let batch = self.pool().depot.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        if let Some(mut batch) = batch {
+            let f = batch.pop_front();
+            self.cache.append(&mut batch);
+            return f;
+        }
+        // Last resort: frames freed to slots whose handles are gone (they raced the drop).
+        let pool = self.pool;
+        // SAFETY: our handle's reference keeps the pool alive; the borrow is not tied to self.
+        for slot in unsafe { pool.as_ref() }.slots.iter() {
+            if !slot.is_claimed() && !slot.looks_empty() {
+                self.splice(slot.drain(), Source::Own);
+                if let Some(f) = self.pop_taken() {
+                    return Some(f);
+                }
+            }
+        }
+        None
+    }
+
+    /// The free path for a frame whose pool is this handle's. Takes over the frame's pool
+    /// reference. Returns a wake to call once this borrow ends.
+    #[inline]
+    fn free(&mut self, frame: Frame) -> Option<Wake> {
+        self.credits += 1;
+        let owner = frame.owner();
+        frame.set_free();
+        if owner == self.id {
+            self.cache.push_front(frame);
+            self.stats.local_frees += 1;
+            if self.cache.len() > self.pool().cfg.cache_max {
+                self.spill();
+            }
+            if self.credits > CREDIT_HIGH {
+                self.give_back_credits();
+            }
+            return None;
+        }
+        self.stats.remote_frees += 1;
+        let out = &mut self.outgoing[owner as usize];
+        out.push_back(frame);
+        let len = out.len();
+        if len == 1 {
+            self.dirty[owner as usize / 64] |= 1 << (owner % 64);
+        }
+        if len >= self.pool().cfg.remote_batch { self.flush_to(owner) } else { None }
+    }
+
+    /// Moves the colder half of an overgrown cache to the depot.
+    #[cold]
+    fn spill(&mut self) {
+        let keep = self.pool().cfg.cache_max / 2;
+        let mut hot = Fifo::new();
+        while hot.len() < keep {
+            match self.cache.pop_front() {
+                Some(f) => hot.push_back(f),
+                None => break,
+            }
+        }
+        let cold = core::mem::replace(&mut self.cache, hot);
+        if !cold.is_empty() {
+            self.pool().depot.lock().unwrap_or_else(PoisonError::into_inner).push(cold);
+        }
+    }
+
+    #[cold]
+    fn give_back_credits(&mut self) {
+        let extra = self.credits - CREDIT_BATCH;
+        self.credits = CREDIT_BATCH;
+        // SAFETY: we own `extra` spare references, and the handle still holds its own, so the
+        // pool stays alive and is not touched by this call after the decrement.
+        unsafe { PoolInner::release(self.pool, extra) };
+    }
+
+    /// Pushes the outgoing batch for `owner` (one `skb_attempt_defer_free` for the batch).
+    fn flush_to(&mut self, owner: u16) -> Option<Wake> {
+        self.dirty[owner as usize / 64] &= !(1 << (owner % 64));
+        let batch = core::mem::take(&mut self.outgoing[owner as usize]);
+        let k = batch.len();
+        if k == 0 {
+            return None;
+        }
+        let pool = self.pool;
+        // SAFETY: our handle's reference keeps the pool alive; the borrow is not tied to self.
+        let pool = unsafe { pool.as_ref() };
+        match pool.slot(owner).defer(batch, k, pool.cfg.defer_max, &pool.overflow) {
+            Deferred::Overflow => {
+                self.stats.overflow += k as u64;
+                None
+            }
+            Deferred::Queued(kick) => {
+                self.stats.deferred += k as u64;
+                match kick {
+                    Kick::Won(w) => {
+                        self.stats.wakes += 1;
+                        w
+                    }
+                    Kick::None | Kick::AlreadyPending => None,
+                }
+            }
+        }
+    }
+
+    /// The lowest owner with a non-empty outgoing batch.
+    fn next_dirty(&self) -> Option<u16> {
+        self.dirty
+            .iter()
+            .enumerate()
+            .find(|(_, w)| **w != 0)
+            .map(|(i, w)| (i * 64 + w.trailing_zeros() as usize) as u16)
+    }
+
+    /// Empties everything this handle holds into the depot (the handle is going away).
+    fn give_back_frames(&mut self) {
+        let mut all = core::mem::take(&mut self.cache);
+        all.append(&mut core::mem::take(&mut self.taken).reverse());
+        all.append(&mut self.slot().drain().reverse());
+        if !all.is_empty() {
+            self.pool().depot.lock().unwrap_or_else(PoisonError::into_inner).push(all);
+        }
+    }
+}
+
+/// Frees a frame from an `Skb` drop: through this thread's handle for its pool if there is one,
+/// else alone (the handle-less remote free).
+pub(crate) fn free_frame(frame: Frame) {
+    let pool = frame.meta().pool;
+    let local = LOCALS
+        .try_with(|head| {
+            let mut cur = head.get();
+            while !cur.is_null() {
+                // SAFETY: registered states stay alive until their handle, on this thread,
+                // unregisters them; reading two fields forms no `&mut`.
+                let (p, next) = unsafe { ((*cur).pool.as_ptr().cast_const(), (*cur).next) };
+                if p == pool {
+                    return cur;
+                }
+                cur = next;
+            }
+            ptr::null_mut()
+        })
+        .unwrap_or(ptr::null_mut());
+    if local.is_null() {
+        // SAFETY: the frame is exclusively ours (its `Skb` is being dropped), in use, and
+        // carries a reference to the pool `pool` points at, which is therefore alive.
+        unsafe { PoolInner::free_unbatched(NonNull::new_unchecked(pool.cast_mut()), frame) };
+        return;
+    }
+    // SAFETY: the state is registered on this thread, so its handle is alive here; no other
+    // borrow of it is live (see `Local`): we are in an `Skb` drop, not inside a `Local` method.
+    let wake = unsafe { (*local).free(frame) };
+    if let Some(w) = wake {
+        w();
+    }
+}
+
+/// One owner thread's handle on a [`Pool`]: allocation from a local cache, batched remote
+/// frees, and the drain of its own defer list.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use skb_pool::Pool;
+///
+/// let pool = Pool::builder().frame_count(256).defer_max(8).build()?;
+/// let wakes = Arc::new(AtomicUsize::new(0));
+/// let w = wakes.clone();
+/// let mut owner = pool.handle_with_wake(Arc::new(move || { w.fetch_add(1, Ordering::Relaxed); }))?;
+/// let skbs: Vec<_> = (0..6).map(|_| owner.alloc()).collect::<Result<_, _>>()?;
+///
+/// // Another thread, without a handle, frees them: they are deferred to the owner, which is
+/// // woken once when its defer list passes half of defer_max.
+/// std::thread::spawn(move || drop(skbs)).join().unwrap();
+/// assert_eq!(wakes.load(Ordering::Relaxed), 1);
+///
+/// // The owner drains its defer list in its poll loop (or when its cache runs dry).
+/// owner.flush_remote();
+/// drop(owner);
+/// assert_eq!(pool.stats().free, 256);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PoolHandle {
+    local: NonNull<Local>,
+    pool: Pool,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl PoolHandle {
+    pub(crate) fn new(pool: &Pool, wake: Option<Wake>) -> Result<PoolHandle, PoolError> {
+        let inner = pool.inner();
+        let id = inner
+            .slots
+            .iter()
+            .position(|s| s.try_claim(wake.clone()))
+            .ok_or(PoolError::TooManyOwners { max_owners: inner.slots.len() })?;
+        let slot = &inner.slots[id];
+        let owners = inner.slots.len();
+        let mut local = Box::new(Local {
+            pool: pool.inner,
+            slot: NonNull::from(slot),
+            id: id as u16,
+            cache: Fifo::new(),
+            taken: Chain::new(),
+            taken_src: Source::Own,
+            outgoing: (0..owners).map(|_| Fifo::new()).collect(),
+            dirty: vec![0; owners.div_ceil(64)].into_boxed_slice(),
+            credits: 0,
+            stats: HandleStats::default(),
+            next: ptr::null_mut(),
+        });
+        // Frames freed to this slot after its previous handle left.
+        local.drain_own();
+        let local = NonNull::from(Box::leak(local));
+        LOCALS.with(|head| {
+            // SAFETY: `local` is fresh and ours; nothing else references it yet.
+            unsafe { (*local.as_ptr()).next = head.get() };
+            head.set(local.as_ptr());
+        });
+        Ok(PoolHandle { local, pool: pool.clone(), _not_send: PhantomData })
+    }
+
+    #[inline]
+    fn local(&mut self) -> &mut Local {
+        // SAFETY: the state lives until this handle drops; `&mut self` on a `!Send` handle means
+        // we are on its thread and no `Local` method is running (they never call back out).
+        unsafe { self.local.as_mut() }
+    }
+
+    /// The pool this handle allocates from.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// This owner's identity, stamped on every frame it allocates.
+    pub fn owner(&self) -> OwnerId {
+        // SAFETY: reading a field of our live state; no `&mut` to it is live.
+        OwnerId(unsafe { (*self.local.as_ptr()).id })
+    }
+
+    /// Allocates one frame, with the pool's headroom, empty data and cleared metadata.
+    ///
+    /// The fast path pops the local cache without an atomic. It also drains this owner's defer
+    /// list first if a remote freer has kicked it (one relaxed load per call).
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::Exhausted`] if no frame is free anywhere this handle can reach.
+    #[inline]
+    pub fn alloc(&mut self) -> Result<Skb, PoolError> {
+        let frame = self.local().alloc_frame().ok_or(PoolError::Exhausted)?;
+        // SAFETY: the frame is in use, ours alone, and carries one pool reference.
+        Ok(unsafe { Skb::from_meta(frame.0) })
+    }
+
+    /// Allocates up to `n` frames into `out`; returns how many (fewer than `n` only when the
+    /// pool is exhausted).
+    pub fn alloc_bulk<E: Extend<Skb>>(&mut self, n: usize, out: &mut E) -> usize {
+        for i in 0..n {
+            match self.alloc() {
+                Ok(skb) => out.extend(core::iter::once(skb)),
+                Err(_) => return i,
+            }
+        }
+        n
+    }
+
+    /// Frees many frames through this handle: local frees into the cache, remote ones into the
+    /// outgoing batches (no thread-local lookup per frame).
+    pub fn free_bulk<I: IntoIterator<Item = Skb>>(&mut self, skbs: I) {
+        for skb in skbs {
+            let frame = skb.into_frame();
+            if frame.meta().pool != self.pool.inner.as_ptr().cast_const() {
+                free_frame(frame);
+                continue;
+            }
+            if let Some(w) = self.local().free(frame) {
+                w();
+            }
+        }
+    }
+
+    /// `skb_defer_free_flush`: drains this owner's defer list into its cache. Call it in the
+    /// owner's poll loop, and when woken. Returns whether frames were found.
+    pub fn flush_remote(&mut self) -> bool {
+        self.local().drain_own()
+    }
+
+    /// Pushes every outgoing remote-free batch to its owner now (freeing threads call it when
+    /// idle, so no frame waits in a partial batch).
+    pub fn flush_frees(&mut self) {
+        while let Some(owner) = self.local().next_dirty() {
+            if let Some(w) = self.local().flush_to(owner) {
+                w();
+            }
+        }
+    }
+
+    /// This handle's counters since it was created (or last [published](Self::publish_stats)).
+    pub fn stats(&self) -> HandleStats {
+        // SAFETY: reading our live state; no `&mut` to it is live.
+        unsafe { (*self.local.as_ptr()).stats }
+    }
+
+    /// Adds this handle's counters to the pool's totals and resets them.
+    pub fn publish_stats(&mut self) {
+        let s = core::mem::take(&mut self.local().stats);
+        self.pool.inner().totals.fold(&s);
+    }
+
+    /// Takes back a completed frame (see [`Pool::skb_from_addr`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Pool::skb_from_addr`].
+    pub fn skb_from_addr(&self, addr: u64) -> Result<Skb, AddrError> {
+        self.pool.skb_from_addr(addr)
+    }
+}
+
+impl Drop for PoolHandle {
+    fn drop(&mut self) {
+        let me = self.local.as_ptr();
+        // Unregister first: from now on `Skb` drops on this thread take the handle-less path.
+        let _ = LOCALS.try_with(|head| {
+            let mut link: *mut *mut Local = ptr::null_mut();
+            let mut cur = head.get();
+            while !cur.is_null() && cur != me {
+                // SAFETY: registered states are alive (see `free_frame`).
+                link = unsafe { &raw mut (*cur).next };
+                // SAFETY: as above.
+                cur = unsafe { (*cur).next };
+            }
+            if cur == me {
+                // SAFETY: `me` is our live state.
+                let next = unsafe { (*me).next };
+                if link.is_null() {
+                    head.set(next);
+                } else {
+                    // SAFETY: `link` points into a live registered state on this thread.
+                    unsafe { *link = next };
+                }
+            }
+        });
+        self.flush_frees();
+        let local = self.local();
+        local.give_back_frames();
+        local.slot().release();
+        // Frees that saw the slot claimed and landed after the drain above.
+        local.give_back_frames();
+        let stats = core::mem::take(&mut local.stats);
+        let credits = core::mem::take(&mut local.credits);
+        let pool = local.pool;
+        // SAFETY: unregistered, so nothing else can reach the state; it was leaked from a Box.
+        drop(unsafe { Box::from_raw(me) });
+        // SAFETY: our pool reference (`self.pool`) is still held.
+        unsafe { pool.as_ref() }.totals.fold(&stats);
+        if credits > 0 {
+            // SAFETY: we own `credits` spare references; `self.pool` keeps one more.
+            unsafe { PoolInner::release(pool, credits) };
+        }
+    }
+}
+
+impl fmt::Debug for PoolHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolHandle")
+            .field("owner", &self.owner())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,570 @@
+//! [`Pool`]: the shared part of the frame pool — region, side array, owner slots, the overflow
+//! list and the depot — and its builder.
+//!
+//! Free frames live in five places: an owner's cache (touched without atomics), an owner's
+//! defer list (remote frees, `skb_attempt_defer_free`), a freeing thread's unflushed batch, the
+//! shared overflow list (remote frees over `defer_max`), and the depot (batches of frames not
+//! yet handed to any owner, or given back by an owner whose cache grew past `cache_max` or that
+//! was dropped). The depot is a mutex-guarded stack of whole batches, as page_pool's ring is
+//! spinlocked: it is touched once per `cache_max / 2` frames at most.
+//!
+//! # Lifetime
+//!
+//! The pool is freed when the last reference goes. References are counted in one word: one per
+//! [`Pool`] value, one per handle, and one per frame out of the pool (in an `Skb` or in
+//! flight). Handles buy frame references in blocks and keep the change, and a frame freed
+//! through a handle leaves its reference with that handle, so the count is touched about once
+//! per thousand frames, not per frame. Frames handed to the kernel keep the pool — and so the
+//! UMEM — alive until they come back.
+
+use core::fmt;
+use core::ptr::NonNull;
+
+use llist_defer::{Fifo, LList};
+
+use crate::error::{AddrError, BuildError, PoolError};
+use crate::handle::PoolHandle;
+use crate::meta::{Frame, FrameMeta, IN_FLIGHT, IN_USE, TAG_MASK};
+use crate::region::{HugePages, Region};
+use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
+use crate::skb::Skb;
+use crate::stats::{HandleStats, PoolStats, Totals};
+use crate::sync::{AtomicUsize, Mutex, Ordering, fence};
+
+/// Smallest frame size: 2048 (an AF_XDP chunk must be at least that).
+pub const MIN_FRAME_SIZE: usize = 2048;
+/// Largest frame size: 1 MiB.
+pub const MAX_FRAME_SIZE: usize = 1 << 20;
+/// Most owner handles a pool can have at once (owner ids are `u16`).
+pub const MAX_OWNERS: usize = 4096;
+/// Default frame size.
+pub const DEFAULT_FRAME_SIZE: usize = 2048;
+/// Default frame count.
+pub const DEFAULT_FRAME_COUNT: usize = 4096;
+/// Default headroom reserved in front of the data: 256, the kernel's `XDP_PACKET_HEADROOM`.
+pub const DEFAULT_HEADROOM: usize = 256;
+/// Default defer limit per owner: the kernel's `net.core.skb_defer_max` (128 since Linux 6.19).
+pub const DEFAULT_DEFER_MAX: usize = 128;
+/// Default number of frames a freeing thread batches per owner before pushing them.
+pub const DEFAULT_REMOTE_BATCH: usize = 32;
+/// Default owner cache size above which half the cache goes back to the depot.
+pub const DEFAULT_CACHE_MAX: usize = 256;
+/// Default number of owner slots.
+pub const DEFAULT_MAX_OWNERS: usize = 64;
+
+/// Builder for a [`Pool`]; every value is validated by [`build`](PoolBuilder::build).
+#[derive(Debug, Clone)]
+pub struct PoolBuilder {
+    frame_size: usize,
+    frame_count: usize,
+    headroom: usize,
+    huge_pages: HugePages,
+    populate: bool,
+    defer_max: usize,
+    remote_batch: usize,
+    cache_max: usize,
+    max_owners: usize,
+}
+
+impl Default for PoolBuilder {
+    fn default() -> Self {
+        PoolBuilder {
+            frame_size: DEFAULT_FRAME_SIZE,
+            frame_count: DEFAULT_FRAME_COUNT,
+            headroom: DEFAULT_HEADROOM,
+            huge_pages: HugePages::No,
+            populate: true,
+            defer_max: DEFAULT_DEFER_MAX,
+            remote_batch: DEFAULT_REMOTE_BATCH,
+            cache_max: DEFAULT_CACHE_MAX,
+            max_owners: DEFAULT_MAX_OWNERS,
+        }
+    }
+}
+
+impl PoolBuilder {
+    /// Bytes per frame: a power of two in `2048..=1 MiB` (default 2048).
+    pub fn frame_size(mut self, bytes: usize) -> Self {
+        self.frame_size = bytes;
+        self
+    }
+
+    /// Number of frames (default 4096).
+    pub fn frame_count(mut self, n: usize) -> Self {
+        self.frame_count = n;
+        self
+    }
+
+    /// Headroom every new `Skb` starts with, below the frame size (default 256).
+    pub fn headroom(mut self, bytes: usize) -> Self {
+        self.headroom = bytes;
+        self
+    }
+
+    /// Huge-page backing (default [`HugePages::No`]).
+    pub fn huge_pages(mut self, huge: HugePages) -> Self {
+        self.huge_pages = huge;
+        self
+    }
+
+    /// Prefault the region with `MAP_POPULATE` (default `true`).
+    pub fn populate(mut self, yes: bool) -> Self {
+        self.populate = yes;
+        self
+    }
+
+    /// Per-owner defer limit, the kernel's `skb_defer_max` (default 128); 0 or 1 disables
+    /// deferral, sending every remote free to the overflow list.
+    pub fn defer_max(mut self, n: usize) -> Self {
+        self.defer_max = n;
+        self
+    }
+
+    /// Frames a freeing thread batches per owner before pushing them (default 32, clamped to
+    /// `defer_max / 4`, at least 1).
+    pub fn remote_batch(mut self, n: usize) -> Self {
+        self.remote_batch = n;
+        self
+    }
+
+    /// Owner cache size above which half of it goes back to the shared depot (default 256).
+    pub fn cache_max(mut self, n: usize) -> Self {
+        self.cache_max = n;
+        self
+    }
+
+    /// Number of owner slots, i.e. handles alive at once (default 64, at most [`MAX_OWNERS`]).
+    pub fn max_owners(mut self, n: usize) -> Self {
+        self.max_owners = n;
+        self
+    }
+
+    /// Validates the configuration, maps the region and builds the pool.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] naming the bad value or the failed `mmap` and how to fix it.
+    pub fn build(self) -> Result<Pool, BuildError> {
+        let PoolBuilder { frame_size, frame_count, headroom, .. } = self;
+        if frame_count == 0 {
+            return Err(BuildError::ZeroFrames);
+        }
+        if !frame_size.is_power_of_two() {
+            return Err(BuildError::FrameSizeNotPowerOfTwo(frame_size));
+        }
+        if frame_size < MIN_FRAME_SIZE {
+            return Err(BuildError::FrameSizeTooSmall(frame_size));
+        }
+        if frame_size > MAX_FRAME_SIZE {
+            return Err(BuildError::FrameSizeTooLarge(frame_size));
+        }
+        if frame_count > u32::MAX as usize || frame_count.checked_mul(frame_size).is_none() {
+            return Err(BuildError::RegionTooLarge { frame_count, frame_size });
+        }
+        if headroom >= frame_size {
+            return Err(BuildError::HeadroomTooLarge { headroom, frame_size });
+        }
+        if self.max_owners == 0 || self.max_owners > MAX_OWNERS {
+            return Err(BuildError::BadOwnerCount(self.max_owners));
+        }
+        if self.remote_batch == 0 || self.cache_max == 0 {
+            return Err(BuildError::ZeroBatch);
+        }
+        let region = Region::map(frame_count, frame_size, self.huge_pages, self.populate)?;
+        let cfg = Config {
+            headroom: headroom as u32,
+            defer_max: self.defer_max,
+            remote_batch: self.remote_batch.min((self.defer_max / 4).max(1)),
+            cache_max: self.cache_max,
+            shift: frame_size.trailing_zeros(),
+        };
+        Ok(Pool { inner: PoolInner::create(region, cfg, self.max_owners) })
+    }
+}
+
+/// Validated settings the hot paths read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Config {
+    pub(crate) headroom: u32,
+    pub(crate) defer_max: usize,
+    pub(crate) remote_batch: usize,
+    pub(crate) cache_max: usize,
+    pub(crate) shift: u32,
+}
+
+/// The shared state. Reached through a raw pointer from every frame's metadata; freed when
+/// [`refs`](PoolInner::refs) reaches zero.
+pub(crate) struct PoolInner {
+    refs: AtomicUsize,
+    pub(crate) region: Region,
+    pub(crate) metas: Box<[FrameMeta]>,
+    pub(crate) slots: Box<[OwnerSlot]>,
+    pub(crate) overflow: LList<Frame>,
+    pub(crate) depot: Mutex<Vec<Fifo<Frame>>>,
+    pub(crate) cfg: Config,
+    pub(crate) totals: Totals,
+}
+
+impl PoolInner {
+    fn create(region: Region, cfg: Config, max_owners: usize) -> NonNull<PoolInner> {
+        let count = region.frame_count();
+        // Allocate first, so every frame's back pointer and every later access derive from the
+        // one raw pointer the pool lives at.
+        let raw: *mut PoolInner = Box::into_raw(Box::<PoolInner>::new_uninit()).cast();
+        let metas: Box<[FrameMeta]> =
+            (0..count as u32).map(|i| FrameMeta::new(i, raw.cast_const())).collect();
+        let slots: Box<[OwnerSlot]> = (0..max_owners).map(|_| OwnerSlot::new()).collect();
+        let inner = PoolInner {
+            refs: AtomicUsize::new(1),
+            region,
+            metas,
+            slots,
+            overflow: LList::new(),
+            depot: Mutex::new(Vec::new()),
+            cfg,
+            totals: Totals::new(),
+        };
+        // SAFETY: `raw` is a fresh, suitably aligned allocation for one `PoolInner`.
+        unsafe { raw.write(inner) };
+        // SAFETY: initialised just above; nobody else knows the pointer yet.
+        let inner = unsafe { &*raw };
+        // Seed the depot with every frame, in batches of half a cache, lowest index first out.
+        let batch = (cfg.cache_max / 2).max(1);
+        let mut batches = Vec::with_capacity(count.div_ceil(batch));
+        let mut cur = Fifo::new();
+        for m in inner.metas.iter() {
+            cur.push_back(Frame(NonNull::from(m)));
+            if cur.len() == batch {
+                batches.push(core::mem::take(&mut cur));
+            }
+        }
+        if !cur.is_empty() {
+            batches.push(cur);
+        }
+        batches.reverse(); // the depot pops from the end
+        *inner.depot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = batches;
+        // SAFETY: `Box::into_raw` never returns null.
+        unsafe { NonNull::new_unchecked(raw) }
+    }
+
+    /// Adds `n` references. The caller already holds one, so the count is not zero.
+    #[inline]
+    pub(crate) fn acquire(&self, n: usize) {
+        // Relaxed: as `Arc::clone`, a new reference is made from an existing one.
+        self.refs.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Drops `n` references, freeing the pool if they were the last.
+    ///
+    /// # Safety
+    ///
+    /// - `this` points to a live pool and the caller owns `n` of its references;
+    /// - the caller does not touch the pool after this call.
+    #[inline]
+    pub(crate) unsafe fn release(this: NonNull<PoolInner>, n: usize) {
+        // SAFETY: the caller still owns `n` references, so the pool is alive here.
+        let refs = unsafe { &this.as_ref().refs };
+        // Release, then an Acquire fence in the last one: every use of the pool by other
+        // reference holders happens before the free (the `Arc::drop` protocol).
+        if refs.fetch_sub(n, Ordering::Release) == n {
+            fence(Ordering::Acquire);
+            // SAFETY: that was the last reference: nobody else can reach the pool any more,
+            // and it was leaked from a `Box` in `create`.
+            drop(unsafe { Box::from_raw(this.as_ptr()) });
+        }
+    }
+
+    /// The slot of owner `id`.
+    #[inline]
+    pub(crate) fn slot(&self, id: u16) -> &OwnerSlot {
+        &self.slots[id as usize]
+    }
+
+    /// Frees one frame from a thread with no handle for this pool: an unbatched
+    /// `skb_attempt_defer_free`, then drops the frame's pool reference.
+    ///
+    /// # Safety
+    ///
+    /// `frame` is an exclusively held in-use frame of the pool at `this`, carrying one
+    /// reference to it.
+    pub(crate) unsafe fn free_unbatched(this: NonNull<PoolInner>, frame: Frame) {
+        {
+            // SAFETY: the frame's reference keeps the pool alive until `release` below.
+            let pool = unsafe { this.as_ref() };
+            let owner = frame.owner();
+            frame.set_free();
+            let mut one = Fifo::new();
+            one.push_back(frame);
+            let mut s = HandleStats { remote_frees: 1, ..HandleStats::default() };
+            let wake = match pool.slot(owner).defer(one, 1, pool.cfg.defer_max, &pool.overflow)
+            {
+                Deferred::Overflow => {
+                    s.overflow = 1;
+                    None
+                }
+                Deferred::Queued(kick) => {
+                    s.deferred = 1;
+                    match kick {
+                        Kick::Won(w) => {
+                            s.wakes = 1;
+                            w
+                        }
+                        Kick::None | Kick::AlreadyPending => None,
+                    }
+                }
+            };
+            pool.totals.fold(&s);
+            if let Some(w) = wake {
+                w();
+            }
+        }
+        // SAFETY: the frame's reference is ours to drop, and we are done with the pool.
+        unsafe { PoolInner::release(this, 1) };
+    }
+
+    /// Validates `addr` and takes the in-flight frame back (`state IN_FLIGHT(off) → IN_USE`).
+    fn take_in_flight(&self, addr: u64, exact: bool) -> Result<NonNull<FrameMeta>, AddrError> {
+        let region_len = self.region.len() as u64;
+        if addr >= region_len {
+            return Err(AddrError::OutOfRegion { addr, region_len });
+        }
+        let index = (addr >> self.cfg.shift) as usize;
+        let off = (addr & ((1u64 << self.cfg.shift) - 1)) as u32;
+        let meta = &self.metas[index];
+        let frame_base = (index as u64) << self.cfg.shift;
+        let mut cur = meta.state.load(Ordering::Relaxed);
+        loop {
+            if cur & TAG_MASK != IN_FLIGHT {
+                return Err(AddrError::NotInFlight { addr });
+            }
+            if exact && cur != (off << 2) | IN_FLIGHT {
+                return Err(AddrError::Misaligned {
+                    addr,
+                    expected: frame_base + u64::from(cur >> 2),
+                });
+            }
+            // Acquire: pairs with `into_addr`'s Release, so the metadata written before the
+            // frame went to the kernel is visible. One CAS validates state and offset at once,
+            // so of two racing completions for one frame exactly one wins.
+            match meta.state.compare_exchange_weak(
+                cur,
+                IN_USE,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(NonNull::from(meta)),
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+}
+
+/// A frame pool: the region, and the shared state its owner handles and frames point at.
+///
+/// Cloning a `Pool` is cheap (one reference count increment); every clone names the same pool.
+/// Threads that allocate get a [`PoolHandle`] with [`handle`](Pool::handle).
+///
+/// ```
+/// use skb_pool::Pool;
+///
+/// let pool = Pool::builder().frame_count(64).build()?;
+/// let mut h = pool.handle()?;
+/// let mut skb = h.alloc()?;
+/// skb.put_slice(b"hello")?;
+/// assert_eq!(skb.data(), b"hello");
+/// drop(skb); // back into h's cache
+/// drop(h);
+/// assert_eq!(pool.stats().free, 64);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Pool {
+    pub(crate) inner: NonNull<PoolInner>,
+}
+
+// SAFETY: everything reachable through `&PoolInner` is atomics, lock-free lists, a mutex, or
+// immutable after construction; frame contents are reached only through exclusive handles.
+unsafe impl Send for Pool {}
+// SAFETY: as above.
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    /// A builder with the defaults (2048-byte frames × 4096, headroom 256, defer_max 128).
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder::default()
+    }
+
+    /// A pool with the defaults.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::Mmap`] if the 8 MiB region cannot be mapped.
+    pub fn new() -> Result<Pool, BuildError> {
+        PoolBuilder::default().build()
+    }
+
+    #[inline]
+    pub(crate) fn inner(&self) -> &PoolInner {
+        // SAFETY: this `Pool` owns a reference, so the pool is alive.
+        unsafe { self.inner.as_ref() }
+    }
+
+    /// The frame region, for AF_XDP UMEM registration.
+    pub fn region(&self) -> &Region {
+        &self.inner().region
+    }
+
+    /// Headroom a new `Skb` starts with.
+    pub fn headroom(&self) -> usize {
+        self.inner().cfg.headroom as usize
+    }
+
+    /// The per-owner defer limit.
+    pub fn defer_max(&self) -> usize {
+        self.inner().cfg.defer_max
+    }
+
+    /// The effective remote-free batch size (after clamping to `defer_max / 4`).
+    pub fn remote_batch(&self) -> usize {
+        self.inner().cfg.remote_batch
+    }
+
+    /// Number of owner slots.
+    pub fn max_owners(&self) -> usize {
+        self.inner().slots.len()
+    }
+
+    /// Registers the calling thread as an owner, without a wake callback.
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::TooManyOwners`] if every slot has a live handle.
+    pub fn handle(&self) -> Result<PoolHandle, PoolError> {
+        PoolHandle::new(self, None)
+    }
+
+    /// Registers the calling thread as an owner whose `wake` is called when remote frees fill
+    /// its defer list past half of `defer_max` (once per fill cycle). It runs on the freeing
+    /// thread: keep it short (unpark a thread, write an eventfd).
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::TooManyOwners`] if every slot has a live handle.
+    pub fn handle_with_wake(&self, wake: Wake) -> Result<PoolHandle, PoolError> {
+        PoolHandle::new(self, Some(wake))
+    }
+
+    /// Takes back a frame the kernel completed (AF_XDP completion ring): `addr` must be exactly
+    /// what [`Skb::into_addr`] returned. The address is validated — inside the region, the frame
+    /// in flight, the same data offset — before anything is dereferenced; a duplicate or forged
+    /// address is refused. The `Skb` keeps its data window and metadata.
+    ///
+    /// # Errors
+    ///
+    /// [`AddrError::OutOfRegion`], [`AddrError::Misaligned`] or [`AddrError::NotInFlight`].
+    ///
+    /// ```
+    /// let pool = skb_pool::Pool::builder().frame_count(8).build()?;
+    /// let mut h = pool.handle()?;
+    /// let mut skb = h.alloc()?;
+    /// skb.put_slice(&[0xab; 60])?;
+    /// let addr = skb.into_addr(); // now owned by the kernel (a TX descriptor)
+    /// let back = pool.skb_from_addr(addr)?; // from the completion ring
+    /// assert_eq!(back.len(), 60);
+    /// assert!(pool.skb_from_addr(addr).is_err(), "a duplicate completion is refused");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn skb_from_addr(&self, addr: u64) -> Result<Skb, AddrError> {
+        let meta = self.inner().take_in_flight(addr, true)?;
+        // SAFETY: the CAS made us the frame's only holder; its pool reference moves to the Skb.
+        Ok(unsafe { Skb::from_meta(meta) })
+    }
+
+    /// Takes back a frame the kernel filled (AF_XDP RX ring): `addr` may be anywhere in a frame
+    /// that is in flight (handed out with [`Skb::into_addr`] for the fill ring); the `Skb`'s
+    /// data becomes `addr .. addr + len` of that frame.
+    ///
+    /// # Errors
+    ///
+    /// [`AddrError::OutOfRegion`] if `addr .. addr + len` leaves the frame or the region,
+    /// [`AddrError::NotInFlight`] if the frame is not in flight.
+    pub fn skb_from_rx(&self, addr: u64, len: u32) -> Result<Skb, AddrError> {
+        let inner = self.inner();
+        let fs = 1u64 << inner.cfg.shift;
+        let region_len = inner.region.len() as u64;
+        if addr >= region_len || (addr & (fs - 1)) + u64::from(len) > fs {
+            return Err(AddrError::OutOfRegion { addr, region_len });
+        }
+        let meta = inner.take_in_flight(addr, false)?;
+        // SAFETY: as in `skb_from_addr`.
+        let mut skb = unsafe { Skb::from_meta(meta) };
+        skb.set_window((addr & (fs - 1)) as u32, len);
+        Ok(skb)
+    }
+
+    /// A snapshot of frame states and counters (an O(frame_count) scan of the state words).
+    pub fn stats(&self) -> PoolStats {
+        let inner = self.inner();
+        let (mut free, mut in_use, mut in_flight) = (0, 0, 0);
+        for m in inner.metas.iter() {
+            match m.state.load(Ordering::Relaxed) & TAG_MASK {
+                IN_USE => in_use += 1,
+                IN_FLIGHT => in_flight += 1,
+                _ => free += 1,
+            }
+        }
+        PoolStats {
+            frame_count: inner.metas.len(),
+            free,
+            in_use,
+            in_flight,
+            owners: inner.slots.iter().filter(|s| s.is_claimed()).count(),
+            totals: inner.totals.snapshot(),
+        }
+    }
+
+    /// The remote-free state of one owner (for monitoring, and for the loom model).
+    pub fn owner_state(&self, owner: crate::OwnerId) -> Option<OwnerState> {
+        let slot = self.inner().slots.get(owner.index())?;
+        Some(OwnerState {
+            claimed: slot.is_claimed(),
+            deferred_count: slot.count(),
+            wake_pending: slot.is_pending(),
+        })
+    }
+}
+
+impl Clone for Pool {
+    fn clone(&self) -> Self {
+        self.inner().acquire(1);
+        Pool { inner: self.inner }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: this value owns one reference and is not used again.
+        unsafe { PoolInner::release(self.inner, 1) };
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.inner();
+        f.debug_struct("Pool")
+            .field("region", &inner.region)
+            .field("cfg", &inner.cfg)
+            .field("owners", &inner.slots.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One owner's remote-free state ([`Pool::owner_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerState {
+    /// Whether a live handle owns the slot.
+    pub claimed: bool,
+    /// The defer count (frames deferred since the last drain; errs high after overflows).
+    pub deferred_count: usize,
+    /// Whether a wake is pending (set by the kick at half of `defer_max`, cleared by a drain).
+    pub wake_pending: bool,
+}

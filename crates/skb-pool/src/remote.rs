@@ -1,0 +1,187 @@
+//! Remote free: the owner slot's defer list, the port of `skb_attempt_defer_free`,
+//! `kick_defer_list_purge` and `skb_defer_free_flush` (net/core/skbuff.c, net/core/dev.c, v6.19).
+//!
+//! A frame freed by a thread that is not its owner goes back to the owner rather than into the
+//! freeing thread's cache, as the kernel returns an skb to the CPU that allocated it. The freer
+//! adds the frame count to the owner's `count` (increment first, then compare, so a refused free
+//! leaves the count inflated until the next drain), and:
+//! - at or over `defer_max` (or with deferral disabled, `defer_max` ≤ 1, or the owner gone) the
+//!   frames go to the pool's shared **overflow list** instead of being freed locally: in user
+//!   space there is no slab to free into, and every owner drains the overflow list when its own
+//!   sources run dry, so no frame is stranded;
+//! - otherwise they go on the owner's lock-free list, and the freer whose increment carries the
+//!   count past `defer_max / 2` kicks the owner: it sets the owner's `pending` flag and, if it
+//!   found the flag clear, calls the owner's wake callback (the kernel's IPI). One wake is in
+//!   flight per fill cycle.
+//!
+//! The owner drains (`skb_defer_free_flush`) when its `pending` flag is set, when its cache runs
+//! dry, and on `PoolHandle::flush_remote`: it clears `pending`, resets the count (Release), then
+//! takes the whole list with one swap. Clearing `pending` *before* the reset is the kernel's
+//! order too (the IPI handler clears `defer_ipi_scheduled` before the softirq flushes) and it is
+//! what makes the wake reliable: a freer whose (Acquire) increment reads the reset count is
+//! ordered after the clear, so its kick finds the flag clear and wakes. Clearing after the take,
+//! instead, lets a new cycle's kick find the flag still set and lose its wake.
+//!
+//! Freers batch (see `PoolHandle`): one `add_batch` and one count update per batch of up to
+//! `remote_batch` frames for the same owner, clamped to `defer_max / 4` so that the batch that
+//! crosses the half mark always fits under the limit and its kick is never lost to overflow.
+
+use core::fmt;
+use std::sync::{Arc, PoisonError};
+
+use crossbeam_utils::CachePadded;
+use llist_defer::{Chain, Fifo, LList};
+
+use crate::meta::Frame;
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
+
+/// An owner's wake callback: unpark its thread, write its eventfd, … (the kernel's IPI).
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
+
+/// Where a remote free went.
+pub(crate) enum Deferred {
+    /// Onto the owner's defer list, with the outcome of the half-full check.
+    Queued(Kick),
+    /// Onto the shared overflow list.
+    Overflow,
+}
+
+/// The half-full check of one remote free.
+pub(crate) enum Kick {
+    /// The count did not cross `defer_max / 2`.
+    None,
+    /// It crossed, but a wake was already in flight this cycle.
+    AlreadyPending,
+    /// It crossed and this free set `pending`: call the owner's callback, if it has one,
+    /// outside any borrow of the freeing thread's state.
+    Won(Option<Wake>),
+}
+
+/// The remote-free state of one owner: the list and count freers write, then on their own cache
+/// lines the `pending` flag the owner polls, and the wake callback.
+pub(crate) struct OwnerSlot {
+    remote: CachePadded<RemoteList>,
+    pending: CachePadded<AtomicBool>,
+    wake: Mutex<Option<Wake>>,
+}
+
+struct RemoteList {
+    list: LList<Frame>,
+    count: AtomicUsize,
+    /// Whether a live `PoolHandle` owns this slot.
+    claimed: AtomicBool,
+}
+
+impl OwnerSlot {
+    pub(crate) fn new() -> Self {
+        OwnerSlot {
+            remote: CachePadded::new(RemoteList {
+                list: LList::new(),
+                count: AtomicUsize::new(0),
+                claimed: AtomicBool::new(false),
+            }),
+            pending: CachePadded::new(AtomicBool::new(false)),
+            wake: Mutex::new(None),
+        }
+    }
+
+    /// Claims a vacant slot for a new handle. Returns `false` if it was taken.
+    pub(crate) fn try_claim(&self, wake: Option<Wake>) -> bool {
+        if self
+            .remote
+            .claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        *self.wake.lock().unwrap_or_else(PoisonError::into_inner) = wake;
+        true
+    }
+
+    /// Gives the slot up (the handle is being dropped). Frames freed to it afterwards go to the
+    /// overflow list; frames that raced in are found by [`drain`](Self::drain) from anyone.
+    pub(crate) fn release(&self) {
+        *self.wake.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.remote.claimed.store(false, Ordering::Release);
+    }
+
+    /// Whether a live handle owns the slot (a hint).
+    #[inline]
+    pub(crate) fn is_claimed(&self) -> bool {
+        self.remote.claimed.load(Ordering::Relaxed)
+    }
+
+    /// Whether a kick is pending: the owner should drain. The owner polls this on every alloc;
+    /// the line is written once per fill cycle, so the load normally hits.
+    #[inline]
+    pub(crate) fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// The deferred-frame count (a snapshot; it errs high after refused frees).
+    pub(crate) fn count(&self) -> usize {
+        self.remote.count.load(Ordering::Relaxed)
+    }
+
+    /// `skb_attempt_defer_free` for a batch of `k ≥ 1` frames, all owned by this slot.
+    pub(crate) fn defer(
+        &self,
+        batch: Fifo<Frame>,
+        k: usize,
+        defer_max: usize,
+        overflow: &LList<Frame>,
+    ) -> Deferred {
+        let r = &*self.remote;
+        if defer_max <= 1 || !r.claimed.load(Ordering::Relaxed) {
+            overflow.add_batch(batch);
+            return Deferred::Overflow;
+        }
+        // Acquire: pairs with the drain's Release reset, so a free counted in a new cycle is
+        // ordered after the drain's `pending` clear (see the module docs).
+        let prev = r.count.fetch_add(k, Ordering::Acquire);
+        let n = prev + k;
+        if n >= defer_max {
+            overflow.add_batch(batch);
+            return Deferred::Overflow;
+        }
+        r.list.add_batch(batch);
+        let half = defer_max / 2;
+        if prev <= half && n > half { Deferred::Queued(self.kick()) } else { Deferred::Queued(Kick::None) }
+    }
+
+    /// `kick_defer_list_purge`: one wake per fill cycle, guarded by `pending`.
+    fn kick(&self) -> Kick {
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return Kick::AlreadyPending;
+        }
+        Kick::Won(self.wake.lock().unwrap_or_else(PoisonError::into_inner).clone())
+    }
+
+    /// `skb_defer_free_flush`: clear `pending`, reset the count, take the whole list.
+    pub(crate) fn drain(&self) -> Chain<Frame> {
+        let r = &*self.remote;
+        if self.pending.load(Ordering::Relaxed) {
+            self.pending.store(false, Ordering::Relaxed);
+        }
+        // Release: orders the clear above before any free that reads the reset count.
+        r.count.store(0, Ordering::Release);
+        r.list.take_all()
+    }
+
+    /// Whether the defer list looks empty (a hint).
+    #[inline]
+    pub(crate) fn looks_empty(&self) -> bool {
+        self.remote.list.is_empty()
+    }
+}
+
+impl fmt::Debug for OwnerSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnerSlot")
+            .field("claimed", &self.is_claimed())
+            .field("count", &self.count())
+            .field("pending", &self.is_pending())
+            .finish()
+    }
+}

@@ -1,0 +1,452 @@
+//! [`Skb`]: the owned handle of one in-use frame, with the kernel's data-window operations
+//! (`skb_put`, `skb_push`, `skb_pull`, `skb_trim`, `skb_reserve`) and the metadata a qdisc and
+//! a driver read.
+//!
+//! The frame is laid out as the kernel lays out an skb's linear buffer:
+//!
+//! ```text
+//! frame start      head             head + len                  frame end
+//! |---- headroom ----|===== data =====|-------- tailroom --------|
+//! ```
+//!
+//! `put` grows the data at the tail, `push` at the head, `pull` shrinks it at the head and
+//! `trim` at the tail. Every operation is bounds-checked and refuses with a typed error instead
+//! of the kernel's `skb_over_panic`. An `Skb` is one pointer (to its frame's metadata line), so
+//! moving it through queues and defer lists is moving a word; dropping it returns the frame to
+//! its owner (see [`PoolHandle`](crate::PoolHandle)).
+
+use core::fmt;
+use core::mem::ManuallyDrop;
+use core::ptr::NonNull;
+
+use llist_defer::{Link, Node};
+
+use crate::error::SkbError;
+use crate::meta::{F_CE, F_CONNECTED, F_SOCK, F_TSTAMP, Frame, FrameMeta, IN_FLIGHT, SkbMeta};
+use crate::pool::PoolInner;
+use crate::sync::Ordering;
+
+/// The identity of an owner handle (its slot in the pool), stamped on every frame it allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(pub(crate) u16);
+
+impl OwnerId {
+    /// The slot index, `0..max_owners`.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The socket an [`Skb`] was sent from, as much as a qdisc needs to key its flow (`skb->sk`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SocketRef {
+    /// A stable identity of the socket (FQ keys connected sockets by it).
+    pub id: u64,
+    /// Whether the socket is connected; an unconnected socket (`TCP_CLOSE`, unconnected UDP)
+    /// is keyed by the packet hash instead.
+    pub connected: bool,
+}
+
+/// The owned handle of one frame in use: data window plus metadata.
+///
+/// It embeds an intrusive link and implements [`Node`], so it can sit in an
+/// [`llist_defer::DeferList`] or a qdisc's [`llist_defer::Fifo`] without allocating.
+///
+/// ```
+/// let pool = skb_pool::Pool::builder().frame_count(4).headroom(64).build()?;
+/// let mut h = pool.handle()?;
+/// let mut skb = h.alloc()?;
+/// skb.put_slice(b"payload")?;                      // skb_put
+/// skb.push(4)?.copy_from_slice(b"hdr:");           // skb_push
+/// assert_eq!(skb.data(), b"hdr:payload");
+/// assert_eq!(skb.pull(4)?, b"hdr:");               // skb_pull
+/// skb.trim(3);                                     // skb_trim
+/// assert_eq!(skb.data(), b"pay");
+/// assert_eq!(skb.headroom(), 64);
+/// assert!(skb.push(65).is_err(), "bounds-checked, never a panic");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Skb {
+    meta: NonNull<FrameMeta>,
+}
+
+// SAFETY: an `Skb` is the exclusive claim on its frame and metadata; the pool it points into is
+// `Sync`, and freeing from any thread is supported (that is the remote-free path).
+unsafe impl Send for Skb {}
+// SAFETY: `&Skb` only reads the frame and its metadata; every write needs `&mut Skb`.
+unsafe impl Sync for Skb {}
+
+impl Skb {
+    /// # Safety
+    ///
+    /// `meta` is an in-use frame's metadata that nobody else holds, carrying one pool reference.
+    #[inline]
+    pub(crate) unsafe fn from_meta(meta: NonNull<FrameMeta>) -> Skb {
+        Skb { meta }
+    }
+
+    /// Gives up the handle without freeing: the frame, and its pool reference, become the
+    /// caller's `Frame`.
+    #[inline]
+    pub(crate) fn into_frame(self) -> Frame {
+        Frame(ManuallyDrop::new(self).meta)
+    }
+
+    #[inline]
+    fn frame_meta(&self) -> &FrameMeta {
+        // SAFETY: the side array lives as long as the pool, which our reference keeps alive.
+        unsafe { self.meta.as_ref() }
+    }
+
+    #[inline]
+    fn m(&self) -> &SkbMeta {
+        // SAFETY: we hold the frame exclusively; nobody writes its metadata but through us.
+        unsafe { &*self.frame_meta().data.get() }
+    }
+
+    #[inline]
+    fn m_mut(&mut self) -> &mut SkbMeta {
+        // SAFETY: as in `m`, and `&mut self` excludes our own readers.
+        unsafe { &mut *self.frame_meta().data.get() }
+    }
+
+    #[inline]
+    fn pool(&self) -> &PoolInner {
+        // SAFETY: the frame's reference keeps the pool alive while this handle exists.
+        unsafe { &*self.frame_meta().pool }
+    }
+
+    #[inline]
+    fn frame_size(&self) -> usize {
+        1 << self.pool().cfg.shift
+    }
+
+    #[inline]
+    fn frame_ptr(&self) -> *mut u8 {
+        self.pool().region.frame_ptr(self.frame_meta().index)
+    }
+
+    /// Sets the data window (RX).
+    pub(crate) fn set_window(&mut self, head: u32, len: u32) {
+        let m = self.m_mut();
+        m.head = head;
+        m.len = len;
+    }
+
+    /// Data length in bytes (`skb->len`).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.m().len as usize
+    }
+
+    /// Whether the data is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.m().len == 0
+    }
+
+    /// Bytes free in front of the data (`skb_headroom`).
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.m().head as usize
+    }
+
+    /// Bytes free after the data (`skb_tailroom`).
+    #[inline]
+    pub fn tailroom(&self) -> usize {
+        let m = self.m();
+        self.frame_size() - m.head as usize - m.len as usize
+    }
+
+    /// Size of the whole frame: headroom + data + tailroom.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.frame_size()
+    }
+
+    /// The data bytes.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        let m = self.m();
+        // SAFETY: head + len ≤ frame_size (every operation keeps it so), the frame is ours, and
+        // the region outlives this borrow of the handle.
+        unsafe {
+            core::slice::from_raw_parts(self.frame_ptr().add(m.head as usize), m.len as usize)
+        }
+    }
+
+    /// The data bytes, writable.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let (head, len) = (self.m().head as usize, self.m().len as usize);
+        // SAFETY: as in `data`, and `&mut self` makes the view unique.
+        unsafe { core::slice::from_raw_parts_mut(self.frame_ptr().add(head), len) }
+    }
+
+    #[inline]
+    fn bytes_mut(&mut self, from: usize, len: usize) -> &mut [u8] {
+        // SAFETY: callers pass a range inside the frame; the frame is ours and `&mut self`
+        // makes the view unique.
+        unsafe { core::slice::from_raw_parts_mut(self.frame_ptr().add(from), len) }
+    }
+
+    /// `skb_reserve`: moves the (empty) data window `n` bytes further from the frame start.
+    ///
+    /// # Errors
+    ///
+    /// [`SkbError::NotEmpty`] if data was already put, [`SkbError::NoTailroom`] if `n` exceeds
+    /// the tailroom.
+    pub fn reserve(&mut self, n: usize) -> Result<(), SkbError> {
+        if !self.is_empty() {
+            return Err(SkbError::NotEmpty { len: self.len() });
+        }
+        let have = self.tailroom();
+        if n > have {
+            return Err(SkbError::NoTailroom { need: n, have });
+        }
+        self.m_mut().head += n as u32;
+        Ok(())
+    }
+
+    /// `skb_put`: extends the data by `n` bytes at the tail and returns them (uninitialised
+    /// contents: whatever the frame held before).
+    ///
+    /// # Errors
+    ///
+    /// [`SkbError::NoTailroom`] if `n` exceeds the tailroom.
+    pub fn put(&mut self, n: usize) -> Result<&mut [u8], SkbError> {
+        let have = self.tailroom();
+        if n > have {
+            return Err(SkbError::NoTailroom { need: n, have });
+        }
+        let m = self.m_mut();
+        let from = (m.head + m.len) as usize;
+        m.len += n as u32;
+        Ok(self.bytes_mut(from, n))
+    }
+
+    /// `skb_put_data`: appends `bytes` at the tail.
+    ///
+    /// # Errors
+    ///
+    /// [`SkbError::NoTailroom`] if they do not fit.
+    pub fn put_slice(&mut self, bytes: &[u8]) -> Result<(), SkbError> {
+        self.put(bytes.len())?.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// `skb_push`: extends the data by `n` bytes at the head (for a header) and returns them.
+    ///
+    /// # Errors
+    ///
+    /// [`SkbError::NoHeadroom`] if `n` exceeds the headroom.
+    pub fn push(&mut self, n: usize) -> Result<&mut [u8], SkbError> {
+        let have = self.headroom();
+        if n > have {
+            return Err(SkbError::NoHeadroom { need: n, have });
+        }
+        let m = self.m_mut();
+        m.head -= n as u32;
+        m.len += n as u32;
+        let from = m.head as usize;
+        Ok(self.bytes_mut(from, n))
+    }
+
+    /// `skb_pull`: removes `n` bytes from the head (a parsed header) and returns them; they
+    /// stay in the headroom, so a later `push` of the same size restores them.
+    ///
+    /// # Errors
+    ///
+    /// [`SkbError::TooShort`] if the data holds fewer than `n` bytes.
+    pub fn pull(&mut self, n: usize) -> Result<&[u8], SkbError> {
+        let have = self.len();
+        if n > have {
+            return Err(SkbError::TooShort { need: n, have });
+        }
+        let m = self.m_mut();
+        let from = m.head as usize;
+        m.head += n as u32;
+        m.len -= n as u32;
+        Ok(self.bytes_mut(from, n))
+    }
+
+    /// `skb_trim`: cuts the data to `len` bytes. Like the kernel's, a no-op if the data is
+    /// already that short; it never fails.
+    pub fn trim(&mut self, len: usize) {
+        if len < self.len() {
+            self.m_mut().len = len as u32;
+        }
+    }
+
+    /// `skb->priority` (its low 4 bits select a band through the priomap).
+    #[inline]
+    pub fn priority(&self) -> u32 {
+        self.m().priority
+    }
+
+    /// Sets `skb->priority`.
+    #[inline]
+    pub fn set_priority(&mut self, priority: u32) {
+        self.m_mut().priority = priority;
+    }
+
+    /// The flow hash (`skb_get_hash`), 0 if never set.
+    #[inline]
+    pub fn flow_hash(&self) -> u32 {
+        self.m().hash
+    }
+
+    /// Sets the flow hash.
+    #[inline]
+    pub fn set_flow_hash(&mut self, hash: u32) {
+        self.m_mut().hash = hash;
+    }
+
+    /// The sending socket, if any (`skb->sk`). With [`flow_hash`](Skb::flow_hash) it gives a
+    /// qdisc its flow key: connected socket, unconnected socket, or no socket (orphan).
+    #[inline]
+    pub fn socket(&self) -> Option<SocketRef> {
+        let m = self.m();
+        (m.flags & F_SOCK != 0)
+            .then_some(SocketRef { id: m.sock_id, connected: m.flags & F_CONNECTED != 0 })
+    }
+
+    /// Sets or clears the sending socket.
+    #[inline]
+    pub fn set_socket(&mut self, sock: Option<SocketRef>) {
+        let m = self.m_mut();
+        m.flags &= !(F_SOCK | F_CONNECTED);
+        if let Some(s) = sock {
+            m.flags |= F_SOCK | if s.connected { F_CONNECTED } else { 0 };
+            m.sock_id = s.id;
+        } else {
+            m.sock_id = 0;
+        }
+    }
+
+    /// The earliest departure time in monotonic ns (`skb->tstamp` as EDT), if stamped.
+    #[inline]
+    pub fn tstamp(&self) -> Option<u64> {
+        let m = self.m();
+        (m.flags & F_TSTAMP != 0).then_some(m.tstamp)
+    }
+
+    /// Sets or clears the departure time.
+    #[inline]
+    pub fn set_tstamp(&mut self, ns: Option<u64>) {
+        let m = self.m_mut();
+        match ns {
+            Some(t) => {
+                m.flags |= F_TSTAMP;
+                m.tstamp = t;
+            }
+            None => {
+                m.flags &= !F_TSTAMP;
+                m.tstamp = 0;
+            }
+        }
+    }
+
+    /// The TX queue this packet is mapped to (`skb->queue_mapping`).
+    #[inline]
+    pub fn queue_mapping(&self) -> u16 {
+        self.m().queue_mapping
+    }
+
+    /// Sets the TX queue mapping.
+    #[inline]
+    pub fn set_queue_mapping(&mut self, queue: u16) {
+        self.m_mut().queue_mapping = queue;
+    }
+
+    /// Whether the packet was marked ECN Congestion Experienced.
+    #[inline]
+    pub fn is_ce(&self) -> bool {
+        self.m().flags & F_CE != 0
+    }
+
+    /// Marks the packet ECN Congestion Experienced (FQ's `ce_threshold`). A flag for the
+    /// driver or stack to apply to the IP header; the bytes are not touched here.
+    #[inline]
+    pub fn mark_ce(&mut self) {
+        self.m_mut().flags |= F_CE;
+    }
+
+    /// The owner handle that allocated the frame, which it returns to when dropped.
+    #[inline]
+    pub fn owner(&self) -> OwnerId {
+        OwnerId(self.m().owner)
+    }
+
+    /// The frame's index in the region.
+    #[inline]
+    pub fn frame_index(&self) -> u32 {
+        self.frame_meta().index
+    }
+
+    /// The frame's start as a region offset (the AF_XDP chunk address).
+    #[inline]
+    pub fn frame_addr(&self) -> u64 {
+        u64::from(self.frame_meta().index) << self.pool().cfg.shift
+    }
+
+    /// The first data byte as a region offset: the `addr` of an AF_XDP descriptor.
+    #[inline]
+    pub fn data_addr(&self) -> u64 {
+        self.frame_addr() + u64::from(self.m().head)
+    }
+
+    /// Hands the frame to the kernel: marks it in flight and returns [`data_addr`](Skb::data_addr)
+    /// for a TX (or fill) descriptor; read [`len`](Skb::len) first for the descriptor length.
+    /// The frame stays out of the pool (and keeps it alive) until
+    /// [`Pool::skb_from_addr`](crate::Pool::skb_from_addr) (or `skb_from_rx`) takes it back.
+    #[inline]
+    pub fn into_addr(self) -> u64 {
+        let addr = self.data_addr();
+        let head = self.m().head;
+        // Release: the metadata (and data) written so far is visible to whoever takes the
+        // frame back with the Acquire CAS in `skb_from_addr`.
+        self.frame_meta().state.store((head << 2) | IN_FLIGHT, Ordering::Release);
+        core::mem::forget(self);
+        addr
+    }
+}
+
+impl Drop for Skb {
+    #[inline]
+    fn drop(&mut self) {
+        crate::handle::free_frame(Frame(self.meta));
+    }
+}
+
+// SAFETY: the link is the first field of the `repr(C)` metadata entry, which lives in the
+// pool's side array for as long as the frame's pool reference (held by the listed handle) lasts;
+// `from_link` rebuilds the same claim.
+unsafe impl Node for Skb {
+    #[inline]
+    fn into_link(self) -> NonNull<Link> {
+        ManuallyDrop::new(self).meta.cast()
+    }
+
+    #[inline]
+    unsafe fn from_link(link: NonNull<Link>) -> Self {
+        Skb { meta: link.cast() }
+    }
+}
+
+impl fmt::Debug for Skb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Skb")
+            .field("frame", &self.frame_index())
+            .field("owner", &self.owner())
+            .field("headroom", &self.headroom())
+            .field("len", &self.len())
+            .field("priority", &self.priority())
+            .field("hash", &self.flow_hash())
+            .field("socket", &self.socket())
+            .field("tstamp", &self.tstamp())
+            .field("queue", &self.queue_mapping())
+            .field("ce", &self.is_ce())
+            .finish()
+    }
+}

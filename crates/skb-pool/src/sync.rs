@@ -1,0 +1,36 @@
+//! The only place in this crate that names atomics, `UnsafeCell`, `Mutex` and thread-locals.
+//!
+//! Under `--cfg lockless_loom` the atomics, the mutex and the thread-local macro come from
+//! [loom], so the model checker sees every shared access and gives each modelled thread its own
+//! thread-locals; otherwise they are the standard library's. The cfg is namespaced to this
+//! project so that building our loom models never flips a dependency into loom mode.
+//!
+//! `UnsafeCell` is the standard one in both modes: it holds an [`Skb`](crate::Skb)'s metadata,
+//! which is only touched through the one owning handle, so the type system (not the model)
+//! proves those accesses exclusive; loom checks the frame state word that hands ownership over.
+
+pub(crate) use core::cell::UnsafeCell;
+
+#[cfg(lockless_loom)]
+pub(crate) use loom::sync::Mutex;
+#[cfg(lockless_loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
+
+#[cfg(not(lockless_loom))]
+pub(crate) use std::sync::Mutex;
+#[cfg(not(lockless_loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
+
+// The calling thread's registered owner handles (an intrusive list of their local states),
+// consulted when an [`Skb`](crate::Skb) is dropped to find this thread's handle for its pool.
+#[cfg(not(lockless_loom))]
+std::thread_local! {
+    pub(crate) static LOCALS: core::cell::Cell<*mut crate::handle::Local> =
+        const { core::cell::Cell::new(core::ptr::null_mut()) };
+}
+// The calling thread's registered owner handles (see the non-loom definition).
+#[cfg(lockless_loom)]
+loom::thread_local! {
+    pub(crate) static LOCALS: core::cell::Cell<*mut crate::handle::Local> =
+        core::cell::Cell::new(core::ptr::null_mut());
+}
