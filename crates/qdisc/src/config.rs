@@ -8,7 +8,7 @@ use core::fmt;
 /// ```
 /// use qdisc::{Fq, TestPacket};
 ///
-/// let err = Fq::<TestPacket>::builder().quantum(0).build().unwrap_err();
+/// let err = Fq::<TestPacket>::builder().quantum(0).build::<TestPacket>().unwrap_err();
 /// assert_eq!(err.option(), "quantum");
 /// assert_eq!(err.to_string(), "fq: invalid quantum 0: accepted 1..=1048576 (bytes)");
 /// ```

@@ -149,7 +149,7 @@ impl FifoBuilder {
 /// ```
 /// use qdisc::{DropReason, Pfifo, Qdisc, TestPacket, ToFree, Verdict};
 ///
-/// let mut q = Pfifo::builder().limit(1).build().unwrap();
+/// let mut q: Pfifo<TestPacket> = Pfifo::<TestPacket>::builder().limit(1).build().unwrap();
 /// let mut to_free = ToFree::new();
 /// assert_eq!(q.enqueue(TestPacket::new(1, 100), &mut to_free), Verdict::Success);
 /// assert_eq!(

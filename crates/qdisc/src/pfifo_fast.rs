@@ -32,8 +32,8 @@ pub const PRIO2BAND: [u8; 16] = [1, 2, 2, 2, 1, 2, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]
 /// ```
 /// use qdisc::{PfifoFast, TestPacket};
 ///
-/// assert!(PfifoFast::<TestPacket>::builder().tx_queue_len(0).build().is_err());
-/// let q = PfifoFast::<TestPacket>::builder().tx_queue_len(64).build().unwrap();
+/// assert!(PfifoFast::<TestPacket>::builder().tx_queue_len(0).build::<TestPacket>().is_err());
+/// let q: PfifoFast<TestPacket> = PfifoFast::<TestPacket>::builder().tx_queue_len(64).build().unwrap();
 /// assert_eq!(q.band_capacity(), 64);
 /// ```
 #[derive(Debug, Clone)]
@@ -41,7 +41,20 @@ pub struct PfifoFastBuilder {
     tx_queue_len: u32,
 }
 
+impl Default for PfifoFastBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl PfifoFastBuilder {
+    /// A builder with `tx_queue_len` 1000.
+    pub fn new() -> Self {
+        PfifoFastBuilder {
+            tx_queue_len: DEFAULT_TX_QUEUE_LEN,
+        }
+    }
+
     /// The per-band capacity, the device's `tx_queue_len` (default 1000, at least 1).
     pub fn tx_queue_len(mut self, len: u32) -> Self {
         self.tx_queue_len = len;

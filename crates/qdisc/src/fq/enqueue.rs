@@ -63,6 +63,9 @@ impl<P: Packet> Fq<P> {
             Class::Flow(idx) => {
                 let f = self.table.get(idx);
                 if f.qlen >= self.cfg.flow_limit {
+                    if f.state == FlowState::Detached {
+                        self.table.note_detached(idx);
+                    }
                     self.counters.flows_plimit += 1;
                     return self.drop(pkt, to_free, DropReason::FqFlowLimit);
                 }

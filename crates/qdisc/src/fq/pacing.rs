@@ -64,7 +64,8 @@ mod tests {
                 too_long: true
             }
         );
-        assert!(pace(1, 0, 0, 0).too_long);
+        assert!(pace(2, 0, 0, 0).too_long);
+        assert!(!pace(1, 0, 0, 0).too_long);
     }
 
     #[test]

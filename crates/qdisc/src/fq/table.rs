@@ -126,13 +126,18 @@ impl<P: Packet> FlowTable<P> {
         let id = self.bump_detach_id();
         self.slots[idx as usize].reinit(key, now, id);
         self.map.insert(key, idx);
-        // A new flow is detached too: if its first packet is refused it must still age out.
-        self.ages.push_back(GcEntry {
-            age: now,
-            slot: idx,
-            detach_id: id,
-        });
         idx
+    }
+
+    /// Queues a GC entry for flow `idx` as it is now: a new flow is detached from birth, and
+    /// if its first packet is refused (`flow_limit` 0) it must still age out.
+    pub(super) fn note_detached(&mut self, idx: u32) {
+        let f = &self.slots[idx as usize];
+        self.ages.push_back(GcEntry {
+            age: f.age,
+            slot: idx,
+            detach_id: f.detach_id,
+        });
     }
 
     fn bump_detach_id(&mut self) -> u64 {

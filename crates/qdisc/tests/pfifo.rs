@@ -1,0 +1,156 @@
+//! pfifo, bfifo and pfifo_head_drop behaviour (`sch_fifo.c`).
+
+mod common;
+
+use common::enq;
+use qdisc::{DropReason, FifoBuilder, FifoKind, Pfifo, Qdisc, TestPacket, ToFree, Verdict};
+
+fn ids(q: &mut Pfifo<TestPacket>) -> Vec<u64> {
+    std::iter::from_fn(|| q.dequeue().map(|p| p.id())).collect()
+}
+
+#[test]
+fn pfifo_defaults_to_tx_queue_len() {
+    let q: Pfifo<TestPacket> = Pfifo::new();
+    assert_eq!(
+        (q.kind(), q.limit(), q.fifo_kind()),
+        ("pfifo", 1000, FifoKind::Pfifo)
+    );
+    let q: Pfifo<TestPacket> = FifoBuilder::pfifo().tx_queue_len(7).build().unwrap();
+    assert_eq!(q.limit(), 7);
+}
+
+#[test]
+fn pfifo_tail_drops_the_arrival() {
+    let mut q: Pfifo<TestPacket> = FifoBuilder::pfifo().limit(3).build().unwrap();
+    let mut tf = ToFree::new();
+    for i in 0..3 {
+        assert_eq!(
+            q.enqueue(TestPacket::new(i, 100), &mut tf),
+            Verdict::Success
+        );
+    }
+    assert_eq!(
+        q.enqueue(TestPacket::new(3, 100), &mut tf),
+        Verdict::Dropped(DropReason::QdiscOverlimit)
+    );
+    assert_eq!(tf.count(DropReason::QdiscOverlimit), 1);
+    let (dropped, _) = tf.take();
+    assert_eq!(dropped.iter().map(|p| p.id()).collect::<Vec<_>>(), [3]);
+    assert_eq!(q.stats().drops, 1);
+    assert_eq!(ids(&mut q), [0, 1, 2]);
+}
+
+#[test]
+fn bfifo_limits_bytes() {
+    let mut q: Pfifo<TestPacket> = FifoBuilder::bfifo().limit(1000).build().unwrap();
+    assert_eq!(enq(&mut q, TestPacket::new(0, 600)), Verdict::Success);
+    assert_eq!(
+        enq(&mut q, TestPacket::new(1, 401)),
+        Verdict::Dropped(DropReason::QdiscOverlimit)
+    );
+    assert_eq!(enq(&mut q, TestPacket::new(2, 400)), Verdict::Success); // exactly the limit
+    assert_eq!(q.backlog(), 1000);
+    assert_eq!(ids(&mut q), [0, 2]);
+    assert_eq!(q.backlog(), 0);
+}
+
+#[test]
+fn bfifo_default_is_txqlen_times_mtu() {
+    let q: Pfifo<TestPacket> = Pfifo::bfifo();
+    assert_eq!(q.limit(), 1000 * 1514);
+    let q: Pfifo<TestPacket> = FifoBuilder::bfifo()
+        .tx_queue_len(2)
+        .psched_mtu(9014)
+        .build()
+        .unwrap();
+    assert_eq!(q.limit(), 2 * 9014);
+}
+
+#[test]
+fn head_drop_drops_the_oldest() {
+    let mut q: Pfifo<TestPacket> = FifoBuilder::head_drop().limit(2).build().unwrap();
+    let mut tf = ToFree::new();
+    q.enqueue(TestPacket::new(0, 10), &mut tf);
+    q.enqueue(TestPacket::new(1, 20), &mut tf);
+    assert_eq!(
+        q.enqueue(TestPacket::new(2, 30), &mut tf),
+        Verdict::Congested(DropReason::QdiscOverlimit)
+    );
+    let (dropped, _) = tf.take();
+    assert_eq!(dropped.iter().map(|p| p.id()).collect::<Vec<_>>(), [0]);
+    assert_eq!(q.backlog(), 50);
+    assert_eq!(q.stats().drops, 1);
+    assert_eq!(ids(&mut q), [1, 2]);
+}
+
+#[test]
+fn head_drop_limit_zero_drops_everything() {
+    let mut q: Pfifo<TestPacket> = FifoBuilder::head_drop().limit(0).build().unwrap();
+    assert_eq!(
+        enq(&mut q, TestPacket::new(0, 10)),
+        Verdict::Dropped(DropReason::QdiscOverlimit)
+    );
+    assert!(q.is_empty());
+    assert!(!q.can_bypass());
+}
+
+#[test]
+fn bypass_rules_follow_fifo_init() {
+    let b = |f: FifoBuilder| f.build::<TestPacket>().unwrap().can_bypass();
+    assert!(b(FifoBuilder::pfifo().limit(1)));
+    assert!(!b(FifoBuilder::pfifo().limit(0)));
+    assert!(b(FifoBuilder::head_drop().limit(1)));
+    assert!(b(FifoBuilder::bfifo().limit(1514)));
+    assert!(!b(FifoBuilder::bfifo().limit(1513)));
+    assert!(!b(FifoBuilder::bfifo().limit(8999).psched_mtu(9000)));
+}
+
+#[test]
+fn config_errors_name_the_option() {
+    let e = FifoBuilder::pfifo()
+        .limit(1 << 33)
+        .build::<TestPacket>()
+        .unwrap_err();
+    assert_eq!((e.qdisc(), e.option()), ("pfifo", "limit"));
+    assert!(e.to_string().contains("0..=4294967295"), "{e}");
+    let e = FifoBuilder::bfifo()
+        .psched_mtu(0)
+        .build::<TestPacket>()
+        .unwrap_err();
+    assert_eq!(e.option(), "psched_mtu");
+}
+
+#[test]
+fn peek_reset_and_stats() {
+    let mut q: Pfifo<TestPacket> = Pfifo::new();
+    enq(&mut q, TestPacket::new(5, 100));
+    enq(&mut q, TestPacket::new(6, 200));
+    assert_eq!(q.peek().map(|p| p.id()), Some(5));
+    assert_eq!(q.dequeue().map(|p| p.id()), Some(5));
+    let mut tf = ToFree::new();
+    q.reset(&mut tf, DropReason::Deactivated);
+    assert_eq!(tf.count(DropReason::Deactivated), 1);
+    let s = q.stats();
+    assert_eq!(
+        (s.packets, s.bytes, s.drops, s.qlen, s.backlog),
+        (1, 100, 1, 0, 0)
+    );
+}
+
+#[test]
+fn display_is_tc_shaped() {
+    let mut q: Pfifo<TestPacket> = FifoBuilder::pfifo().limit(1).build().unwrap();
+    enq(&mut q, TestPacket::new(0, 1500));
+    enq(&mut q, TestPacket::new(1, 1500));
+    let s = q.to_string();
+    assert_eq!(
+        s,
+        "qdisc pfifo 0: root refcnt 2 limit 1p\n Sent 0 bytes 0 pkt (dropped 1, overlimits 0 requeues 0) \n backlog 1500b 1p requeues 0"
+    );
+    let b: Pfifo<TestPacket> = FifoBuilder::bfifo().limit(64 * 1024).build().unwrap();
+    assert!(
+        b.to_string()
+            .starts_with("qdisc bfifo 0: root refcnt 2 limit 64Kb\n")
+    );
+}
