@@ -194,15 +194,18 @@ pub(crate) struct Config {
 
 /// The shared state. Reached through a raw pointer from every frame's metadata; freed when
 /// [`refs`](PoolInner::refs) reaches zero.
+///
+/// Field order is drop order: the lists (whose drops walk frame links) before the side array
+/// that holds the links, and the region last.
 pub(crate) struct PoolInner {
     refs: AtomicUsize,
-    pub(crate) region: Region,
-    pub(crate) metas: Box<[FrameMeta]>,
-    pub(crate) slots: Box<[OwnerSlot]>,
-    pub(crate) overflow: LList<Frame>,
-    pub(crate) depot: Mutex<Vec<Fifo<Frame>>>,
     pub(crate) cfg: Config,
     pub(crate) totals: Totals,
+    pub(crate) depot: Mutex<Vec<Fifo<Frame>>>,
+    pub(crate) overflow: LList<Frame>,
+    pub(crate) slots: Box<[OwnerSlot]>,
+    pub(crate) metas: Box<[FrameMeta]>,
+    pub(crate) region: Region,
 }
 
 impl PoolInner {
