@@ -143,6 +143,10 @@ pub struct UdpPacket<'a> {
 
 /// Parses an Ethernet/IPv4/UDP frame, verifying lengths and both checksums; `None` for
 /// anything else (another protocol, IP options are accepted, fragments are not).
+///
+/// A UDP checksum of 0 means "none" and is accepted. Frames that a local stack sent through a
+/// device with checksum offload (veth does this) carry only the pseudo-header sum when XDP sees
+/// them, and fail here: send those without a checksum (`SO_NO_CHECK`) or turn the offload off.
 pub fn parse_udp(frame: &[u8]) -> Option<UdpPacket<'_>> {
     let eth = frame.get(..ETH_HLEN)?;
     if u16::from_be_bytes([eth[12], eth[13]]) != ETHERTYPE_IPV4 {

@@ -52,6 +52,25 @@ pub fn big_rcvbuf(sock: &UdpSocket, bytes: i32) {
     assert_eq!(r, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
 }
 
+/// Sends without a UDP checksum (`SO_NO_CHECK`): the field is 0 on the wire.
+///
+/// Over veth the stack leaves the checksum to "hardware" (`CHECKSUM_PARTIAL`), so a frame seen
+/// by XDP carries only the pseudo-header sum; with no checksum it parses cleanly.
+pub fn no_udp_checksum(sock: &UdpSocket) {
+    let one: i32 = 1;
+    // SAFETY: setsockopt with a valid int option.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            (&one as *const i32).cast(),
+            std::mem::size_of::<i32>() as u32,
+        )
+    };
+    assert_eq!(r, 0, "SO_NO_CHECK: {}", std::io::Error::last_os_error());
+}
+
 /// What a receiver saw.
 #[derive(Debug)]
 pub struct Received {
