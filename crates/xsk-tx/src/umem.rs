@@ -318,3 +318,25 @@ pub(crate) fn socket_error(e: std::io::Error) -> Error {
         _ => Error::sys("socket(AF_XDP)", NEEDS_XSK, e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_errors_are_classified() {
+        let old = socket_error(std::io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+        assert!(matches!(old, Error::KernelTooOld { .. }), "{old}");
+        assert!(old.to_string().contains("CONFIG_XDP_SOCKETS"), "{old}");
+        let perm = socket_error(std::io::Error::from_raw_os_error(libc::EPERM));
+        assert!(matches!(perm, Error::PermissionDenied { .. }), "{perm}");
+        assert!(perm.to_string().contains("CAP_NET_ADMIN"), "{perm}");
+    }
+
+    #[test]
+    fn frame_bounds_are_checked() {
+        let r = MmapRegion::new(4, 2048).unwrap();
+        assert_eq!(r.len(), 8192);
+        assert!(!r.is_empty());
+    }
+}
