@@ -307,6 +307,9 @@ impl<P: Packet> Fq<P> {
             if n != f.qlen {
                 return Err(format!("flow {idx}: qlen {} but {n} packets", f.qlen));
             }
+            if n > self.cfg.flow_limit {
+                return Err(format!("flow {idx}: {n} packets over flow_limit"));
+            }
             qlen += n as usize;
             if f.qlen == 0 {
                 inactive += 1;
@@ -348,6 +351,12 @@ impl<P: Packet> Fq<P> {
             if kept != counted {
                 return Err(format!("{name}: kept {kept}, counted {counted}"));
             }
+        }
+        if band_pkts.iter().any(|&n| n > self.cfg.limit) {
+            return Err(format!(
+                "band_pkt_count {band_pkts:?} over limit {}",
+                self.cfg.limit
+            ));
         }
         if band_pkts != self.band_pkt_count {
             return Err(format!(
