@@ -35,3 +35,12 @@ pub use fq::stats::FqStats;
 pub use fq::{Fq, FqBuilder};
 pub use pfifo::{DEFAULT_PSCHED_MTU, DEFAULT_TX_QUEUE_LEN, FifoBuilder, FifoKind, Pfifo};
 pub use pfifo_fast::{PFIFO_FAST_BANDS, PRIO2BAND, PfifoFast, PfifoFastBuilder};
+
+/// Atomics, locks and threads, switched to loom under `--cfg lockless_loom`.
+mod sync;
+/// The transmit engine: `TxQueue` (the user-space `__dev_xmit_skb`), drivers, the TX worker.
+mod xmit;
+pub use xmit::{
+    DEFAULT_QUOTA, Driver, NullDriver, Overflow, RecordingDriver, Strategy, TxQueue,
+    TxQueueBuilder, TxResult, TxWorker, XmitStats,
+};

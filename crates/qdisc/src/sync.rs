@@ -1,0 +1,68 @@
+//! The only place in this crate that names atomics, locks and threads.
+//!
+//! Under `--cfg lockless_loom` they come from loom, so the model checker sees every access of
+//! the transmit engine; otherwise from the standard library. Locks never report poisoning: a
+//! panic in the runner role must not wedge the queue (the engine repairs its own state on
+//! unwind), so a poisoned lock is simply taken.
+
+#[cfg(lockless_loom)]
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
+#[cfg(not(lockless_loom))]
+pub(crate) use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
+
+#[cfg(lockless_loom)]
+use loom::sync as imp;
+#[cfg(not(lockless_loom))]
+use std::sync as imp;
+
+pub(crate) use imp::MutexGuard;
+
+/// A parking mutex that ignores poisoning.
+#[derive(Debug, Default)]
+pub(crate) struct Mutex<T>(imp::Mutex<T>);
+
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Mutex(imp::Mutex::new(value))
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        match self.0.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(imp::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(imp::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// A condition variable paired with [`Mutex`], ignoring poisoning.
+#[derive(Debug, Default)]
+pub(crate) struct Condvar(imp::Condvar);
+
+impl Condvar {
+    pub(crate) fn new() -> Self {
+        Condvar(imp::Condvar::new())
+    }
+
+    pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        self.0
+            .wait(guard)
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn notify_all(&self) {
+        self.0.notify_all();
+    }
+}

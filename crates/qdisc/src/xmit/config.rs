@@ -1,0 +1,183 @@
+//! [`TxQueueBuilder`]: the engine's knobs, with the kernel's values as defaults.
+
+use core::fmt;
+
+use crate::config::ConfigError;
+
+/// How producers get packets to the qdisc: the three locking strategies, interchangeable on
+/// the same engine so benchmarks compare them on the same work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// The pre-2025 kernel: a caller that finds the qdisc running first takes the busylock, then
+    /// the root lock, and enqueues one packet at a time.
+    BusyLock,
+    /// Linux 6.19's llist adoption: push with one CAS under the counted burst limit; the first
+    /// pusher takes the root lock and drains the whole batch.
+    DeferList,
+    /// A lockless qdisc (`TCQ_F_NOLOCK`): enqueue under the qdisc's own short lock, run under a
+    /// try-lock with the MISSED / DRAINING handshake.
+    NoLock,
+    /// The NoLock run protocol *without* MISSED (the 2021 "packet stuck" bug), kept only so the
+    /// loom model can show that it strands a packet.
+    #[doc(hidden)]
+    NoLockNaive,
+}
+
+impl Strategy {
+    /// The name used on the command line and in JSON (`busylock`, `defer`, `nolock`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::BusyLock => "busylock",
+            Strategy::DeferList => "defer",
+            Strategy::NoLock => "nolock",
+            Strategy::NoLockNaive => "nolock-naive",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a producer does when the defer list is over its burst limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Overflow {
+    /// The kernel's answer: drop the arriving packet (`QDISC_BURST_DROP`), counted.
+    Drop,
+    /// Help drain if the root lock is free, else park until a drain makes room; never drops.
+    Wait,
+}
+
+/// The kernel's `dev_tx_weight`: packets a runner sends before it reschedules.
+pub const DEFAULT_QUOTA: usize = 64;
+
+/// Builds a [`TxQueue`](crate::TxQueue).
+///
+/// ```
+/// use qdisc::{NullDriver, Pfifo, Strategy, TestPacket, TxQueue};
+///
+/// let txq = TxQueue::builder()
+///     .strategy(Strategy::DeferList)
+///     .burst_limit(1000)
+///     .build(Pfifo::<TestPacket>::new(), NullDriver::new())
+///     .unwrap();
+/// txq.xmit(TestPacket::new(1, 64));
+/// assert_eq!(txq.stats().sent, 1);
+/// ```
+#[derive(Debug, Clone)]
+pub struct TxQueueBuilder {
+    pub(crate) strategy: Strategy,
+    pub(crate) burst_limit: usize,
+    pub(crate) quota: usize,
+    pub(crate) bulk: usize,
+    pub(crate) overflow: Overflow,
+    pub(crate) help_threshold: Option<usize>,
+    pub(crate) early_bypass: bool,
+    pub(crate) latency_histogram: bool,
+}
+
+impl Default for TxQueueBuilder {
+    fn default() -> Self {
+        TxQueueBuilder {
+            strategy: Strategy::DeferList,
+            burst_limit: llist_defer::DEFAULT_BURST_LIMIT,
+            quota: DEFAULT_QUOTA,
+            bulk: DEFAULT_QUOTA,
+            overflow: Overflow::Drop,
+            help_threshold: None,
+            early_bypass: true,
+            latency_histogram: false,
+        }
+    }
+}
+
+impl TxQueueBuilder {
+    /// The locking strategy (default [`Strategy::DeferList`]).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// The defer list's burst limit (default 1000, `net.core.qdisc_max_burst`).
+    pub fn burst_limit(mut self, limit: usize) -> Self {
+        self.burst_limit = limit;
+        self
+    }
+
+    /// Packets a runner sends before rescheduling (default 64, `dev_tx_weight`).
+    pub fn quota(mut self, quota: usize) -> Self {
+        self.quota = quota;
+        self
+    }
+
+    /// Most packets handed to the driver per call (default 64).
+    pub fn bulk(mut self, bulk: usize) -> Self {
+        self.bulk = bulk;
+        self
+    }
+
+    /// What to do over the burst limit (default [`Overflow::Drop`], the kernel's).
+    pub fn overflow(mut self, overflow: Overflow) -> Self {
+        self.overflow = overflow;
+        self
+    }
+
+    /// A pusher whose push raised the burst count to at least this tries the root lock and
+    /// drains, covering for a descheduled first pusher (default: half the burst limit).
+    pub fn help_threshold(mut self, threshold: usize) -> Self {
+        self.help_threshold = Some(threshold);
+        self
+    }
+
+    /// DeferList only: before pushing, if the list is empty and the root lock is free, send
+    /// directly (default on). Off gives the kernel's exact protocol.
+    pub fn early_bypass(mut self, on: bool) -> Self {
+        self.early_bypass = on;
+        self
+    }
+
+    /// Keep a log2 histogram of `xmit` call latency (two clock reads per call; default off).
+    pub fn latency_histogram(mut self, on: bool) -> Self {
+        self.latency_histogram = on;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.burst_limit == 0 {
+            return Err(ConfigError::new(
+                "txqueue",
+                "burst_limit",
+                0,
+                "1.. (kernel default 1000)",
+            ));
+        }
+        if self.quota == 0 {
+            return Err(ConfigError::new(
+                "txqueue",
+                "quota",
+                0,
+                "1.. (kernel default 64)",
+            ));
+        }
+        if self.bulk == 0 {
+            return Err(ConfigError::new("txqueue", "bulk", 0, "1.. (default 64)"));
+        }
+        if let Some(t) = self.help_threshold {
+            if t == 0 || t > self.burst_limit {
+                return Err(ConfigError::new(
+                    "txqueue",
+                    "help_threshold",
+                    t,
+                    format!("1..={} (the burst limit)", self.burst_limit),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn help_at(&self) -> usize {
+        self.help_threshold.unwrap_or((self.burst_limit / 2).max(1))
+    }
+}

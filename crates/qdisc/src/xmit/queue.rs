@@ -1,0 +1,812 @@
+//! [`TxQueue`]: the user-space `__dev_xmit_skb` (Linux 6.19 `net/core/dev.c`) with the qdisc run
+//! loop of `sch_generic.c` (`qdisc_run_begin` / `__qdisc_run` / `sch_direct_xmit` /
+//! `dev_requeue_skb` / `qdisc_run_end`).
+//!
+//! Who may do what:
+//! - the **root lock** guards the qdisc, the requeue list (`gso_skb`), `running` and
+//!   `deactivated`; it is never held while the driver runs;
+//! - the **run role** (`running` for the locked strategies, the seqlock for NoLock) is held by at
+//!   most one thread, the runner, which alone dequeues for and calls the driver;
+//! - the **defer list** takes pushes from anyone; only a thread holding the root lock drains it;
+//! - packets dropped anywhere are freed after every lock is released, counted by reason.
+
+use core::fmt;
+use core::marker::PhantomData;
+use std::time::Instant;
+
+use crossbeam_utils::CachePadded;
+use llist_defer::{DeferList, Fifo, Pushed};
+
+use crate::config::ConfigError;
+use crate::packet::{DropReason, Packet};
+use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
+use crate::sync::{
+    AtomicBool, AtomicU32, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering, fence,
+};
+
+use super::config::{Overflow, Strategy, TxQueueBuilder};
+use super::driver::Driver;
+use super::stats::{XmitCounters, XmitStats};
+
+/// NoLock state bits (`__QDISC_STATE_MISSED`, `__QDISC_STATE_DRAINING`).
+const MISSED: u32 = 1;
+const DRAINING: u32 = 2;
+/// A reschedule is pending for the poll loop / TxWorker (`__QDISC_STATE_SCHED`).
+const SCHED: u32 = 4;
+
+/// What the root lock guards.
+struct Root<P: Packet, Q> {
+    qdisc: Q,
+    /// Packets the driver handed back, sent before anything else (`q->gso_skb`).
+    requeue: Fifo<P>,
+    /// Everything arriving is dropped (`__QDISC_STATE_DEACTIVATED`).
+    deactivated: bool,
+}
+
+impl<P: Packet, Q: Qdisc<P>> Root<P, Q> {
+    fn qlen(&self) -> usize {
+        self.qdisc.len() + self.requeue.len()
+    }
+
+    /// The kernel's bypass test minus `run_begin`, which the caller does.
+    fn can_bypass(&self) -> bool {
+        !self.deactivated && self.qdisc.can_bypass() && self.qlen() == 0
+    }
+}
+
+/// One transmit queue: producers call [`xmit`](TxQueue::xmit) from any number of threads; a
+/// qdisc orders the packets; one runner at a time hands them to the [`Driver`].
+///
+/// See the crate docs for the three [`Strategy`]s. The queue never loses a packet: each one is
+/// sent, still queued, or counted in [`XmitStats::drops`] with its reason.
+pub struct TxQueue<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
+    defer: CachePadded<DeferList<P>>,
+    root: CachePadded<Mutex<Root<P, Q>>>,
+    busylock: CachePadded<Mutex<()>>,
+    driver: Mutex<D>,
+    /// NoLock run role (`q->seqlock`).
+    seqlock: CachePadded<AtomicBool>,
+    /// MISSED / DRAINING / SCHED bits.
+    state: AtomicU32,
+    /// The run role of the locked strategies (`q->running`). Written only under the root lock
+    /// (so the lock orders it), except when a panicking runner gives it back; read without the
+    /// lock only as BusyLock's "contended" guess.
+    running: AtomicBool,
+    /// Whether the qdisc may be bypassed (read without the lock by NoLock).
+    bypass_ok: AtomicBool,
+    room: Mutex<()>,
+    room_cv: Condvar,
+    waiters: AtomicUsize,
+    waker: Option<Box<dyn Fn() + Send + Sync>>,
+    cfg: TxQueueBuilder,
+    help_at: usize,
+    counters: XmitCounters,
+    _packets: PhantomData<fn(P)>,
+}
+
+impl TxQueue<crate::TestPacket, crate::Pfifo<crate::TestPacket>, super::NullDriver> {
+    /// A builder with the kernel's defaults (DeferList, burst limit 1000, quota 64).
+    pub fn builder() -> TxQueueBuilder {
+        TxQueueBuilder::default()
+    }
+}
+
+impl TxQueueBuilder {
+    /// Builds the queue over `qdisc` and `driver`.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the bad option (a zero burst limit, quota or bulk, a help
+    /// threshold outside `1..=burst_limit`).
+    pub fn build<P: Packet, Q: Qdisc<P>, D: Driver<P>>(
+        self,
+        qdisc: Q,
+        driver: D,
+    ) -> Result<TxQueue<P, Q, D>, ConfigError> {
+        self.build_inner(qdisc, driver, None)
+    }
+
+    /// Builds the queue with a wake callback, called when work is left for a poll loop (quota
+    /// used up, i.e. `__netif_schedule`). A [`TxWorker`](crate::TxWorker) installs one.
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](TxQueueBuilder::build).
+    pub fn build_with_waker<P: Packet, Q: Qdisc<P>, D: Driver<P>>(
+        self,
+        qdisc: Q,
+        driver: D,
+        waker: impl Fn() + Send + Sync + 'static,
+    ) -> Result<TxQueue<P, Q, D>, ConfigError> {
+        self.build_inner(qdisc, driver, Some(Box::new(waker)))
+    }
+
+    fn build_inner<P: Packet, Q: Qdisc<P>, D: Driver<P>>(
+        self,
+        qdisc: Q,
+        driver: D,
+        waker: Option<Box<dyn Fn() + Send + Sync>>,
+    ) -> Result<TxQueue<P, Q, D>, ConfigError> {
+        self.validate()?;
+        let defer = DeferList::with_limit(self.burst_limit)
+            .map_err(|_| ConfigError::new("txqueue", "burst_limit", 0, "1.."))?;
+        let bypass_ok = qdisc.can_bypass();
+        Ok(TxQueue {
+            defer: CachePadded::new(defer),
+            root: CachePadded::new(Mutex::new(Root {
+                qdisc,
+                requeue: Fifo::new(),
+                deactivated: false,
+            })),
+            busylock: CachePadded::new(Mutex::new(())),
+            driver: Mutex::new(driver),
+            seqlock: CachePadded::new(AtomicBool::new(false)),
+            state: AtomicU32::new(0),
+            running: AtomicBool::new(false),
+            bypass_ok: AtomicBool::new(bypass_ok),
+            room: Mutex::new(()),
+            room_cv: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            waker,
+            help_at: self.help_at(),
+            counters: XmitCounters::new(self.latency_histogram),
+            cfg: self,
+            _packets: PhantomData,
+        })
+    }
+}
+
+/// Packets on their way to the driver, owned by the runner. If a driver or qdisc panics while
+/// a runner holds the role, dropping this during the unwind counts the batch as
+/// [`DropReason::Panic`] and gives the role back, so the next `xmit` proceeds.
+struct RunRole<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> {
+    txq: &'q TxQueue<P, Q, D>,
+    batch: Fifo<P>,
+}
+
+impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for RunRole<'_, P, Q, D> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let lost = self.batch.len() as u64;
+        self.txq.counters.drops[DropReason::Panic.index()].add(lost);
+        drop(core::mem::take(&mut self.batch));
+        self.txq.release_role_after_panic();
+    }
+}
+
+impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
+    /// Transmits one packet (`dev_queue_xmit`). Returns the verdict the kernel would report:
+    /// `Success` for a packet handed on (even if a later stage drops it, which is then counted),
+    /// `Dropped` if it was dropped here and now.
+    #[inline]
+    pub fn xmit(&self, pkt: P) -> Verdict {
+        let Some(hist) = &self.counters.latency else {
+            return self.xmit_inner(pkt);
+        };
+        let t0 = Instant::now();
+        let v = self.xmit_inner(pkt);
+        hist.record(t0.elapsed().as_nanos() as u64);
+        v
+    }
+
+    #[inline]
+    fn xmit_inner(&self, pkt: P) -> Verdict {
+        let mut to_free = ToFree::new();
+        let v = match self.cfg.strategy {
+            Strategy::DeferList => self.xmit_defer(pkt, &mut to_free),
+            Strategy::BusyLock => self.xmit_busylock(pkt, &mut to_free),
+            Strategy::NoLock | Strategy::NoLockNaive => self.xmit_nolock(pkt, &mut to_free),
+        };
+        self.free(to_free);
+        v
+    }
+
+    /// Frees dropped packets (outside every lock) and counts them by reason.
+    fn free(&self, mut to_free: ToFree<P>) {
+        if to_free.is_empty() {
+            return;
+        }
+        let (packets, counts) = to_free.take();
+        self.counters.add_drops(&counts);
+        drop(packets);
+    }
+
+    fn lock_root(&self) -> MutexGuard<'_, Root<P, Q>> {
+        if let Some(g) = self.root.try_lock() {
+            return g;
+        }
+        let t0 = Instant::now();
+        let g = self.root.lock();
+        self.counters.root_contended.add(1);
+        self.counters
+            .root_wait_ns
+            .add(t0.elapsed().as_nanos() as u64);
+        g
+    }
+
+    // ---------------------------------------------------------------- DeferList
+
+    fn xmit_defer(&self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
+        if self.cfg.early_bypass && self.defer.is_empty() {
+            if let Some(root) = self.root.try_lock() {
+                if root.can_bypass() && !self.is_running() {
+                    self.run_begin_locked(&root);
+                    let root = self.run(root, Fifo::from_iter([pkt]), true, to_free);
+                    drop(root);
+                    return Verdict::Success;
+                }
+            }
+        }
+        let mut pkt = pkt;
+        loop {
+            match self.defer.push(pkt) {
+                Ok(Pushed::First) => {
+                    let root = self.lock_root();
+                    return self.drain(root, to_free);
+                }
+                Ok(Pushed::Queued { burst }) => {
+                    if burst >= self.help_at {
+                        if let Some(root) = self.root.try_lock() {
+                            self.counters.helped_drains.add(1);
+                            self.drain(root, to_free);
+                        }
+                    }
+                    return Verdict::Success;
+                }
+                Err(rejected) => match self.cfg.overflow {
+                    Overflow::Drop => {
+                        to_free.drop_packet(rejected.into_inner(), DropReason::QdiscBurst);
+                        return Verdict::Dropped(DropReason::QdiscBurst);
+                    }
+                    Overflow::Wait => {
+                        pkt = rejected.into_inner();
+                        self.wait_for_room(to_free);
+                    }
+                },
+            }
+        }
+    }
+
+    /// `Overflow::Wait`: help if the root lock is free, else park until a drain resets the count.
+    fn wait_for_room(&self, to_free: &mut ToFree<P>) {
+        if let Some(root) = self.root.try_lock() {
+            self.counters.helped_drains.add(1);
+            self.drain(root, to_free);
+            return;
+        }
+        self.counters.overflow_waits.add(1);
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        // Pairs with the fence in `drain`: either we see the reset count, or the drainer sees
+        // us waiting and notifies under `room`.
+        fence(Ordering::SeqCst);
+        let mut g = self.room.lock();
+        while self.defer.burst() > self.defer.limit() {
+            g = self.room_cv.wait(g);
+        }
+        drop(g);
+        self.waiters.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The first pusher's work, under the root lock: take the whole defer list, reverse it to
+    /// FIFO, then bypass or enqueue and run.
+    fn drain<'a>(
+        &'a self,
+        mut root: MutexGuard<'a, Root<P, Q>>,
+        to_free: &mut ToFree<P>,
+    ) -> Verdict {
+        let mut batch = self.defer.take_all().reverse();
+        fence(Ordering::SeqCst);
+        if self.waiters.load(Ordering::Relaxed) != 0 {
+            let _g = self.room.lock();
+            self.room_cv.notify_all();
+        }
+        if batch.is_empty() {
+            // A helper drained it already; still make sure the qdisc runs.
+            if !self.is_running() && root.qlen() != 0 && !root.deactivated {
+                self.run_begin_locked(&root);
+                drop(self.run(root, Fifo::new(), false, to_free));
+            }
+            return Verdict::Success;
+        }
+        if root.deactivated {
+            while let Some(p) = batch.pop_front() {
+                to_free.drop_packet(p, DropReason::Deactivated);
+            }
+            return Verdict::Dropped(DropReason::Deactivated);
+        }
+        if batch.len() == 1 && (root.can_bypass() && !self.is_running()) {
+            self.run_begin_locked(&root);
+            drop(self.run(root, batch, true, to_free));
+            return Verdict::Success;
+        }
+        let single = batch.len() == 1;
+        let mut rc = Verdict::Success;
+        while let Some(p) = batch.pop_front() {
+            rc = root.qdisc.enqueue(p, to_free);
+        }
+        if !self.is_running() {
+            self.run_begin_locked(&root);
+            drop(self.run(root, Fifo::new(), false, to_free));
+        }
+        if single { rc } else { Verdict::Success }
+    }
+
+    // ---------------------------------------------------------------- BusyLock
+
+    fn xmit_busylock(&self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
+        let mut busy = if self.is_running() {
+            Some(match self.busylock.try_lock() {
+                Some(g) => g,
+                None => {
+                    let t0 = Instant::now();
+                    let g = self.busylock.lock();
+                    self.counters.busylock_contended.add(1);
+                    self.counters
+                        .busylock_wait_ns
+                        .add(t0.elapsed().as_nanos() as u64);
+                    g
+                }
+            })
+        } else {
+            None
+        };
+        let mut root = self.lock_root();
+        if root.deactivated {
+            to_free.drop_packet(pkt, DropReason::Deactivated);
+            return Verdict::Dropped(DropReason::Deactivated);
+        }
+        if root.can_bypass() && !self.is_running() {
+            self.run_begin_locked(&root);
+            drop(busy); // the runner lets go of the busylock, as the kernel does
+            drop(self.run(root, Fifo::from_iter([pkt]), true, to_free));
+            return Verdict::Success;
+        }
+        let rc = root.qdisc.enqueue(pkt, to_free);
+        if !self.is_running() {
+            self.run_begin_locked(&root);
+            drop(busy.take());
+            drop(self.run(root, Fifo::new(), false, to_free));
+        }
+        rc
+    }
+
+    // ---------------------------------------------------------------- the locked run loop
+
+    /// `__qdisc_run` for the locked strategies. The caller holds the root lock and has set
+    /// `running`; `first` is a bypass batch to send before dequeuing anything. Returns with the
+    /// role given back and the lock held.
+    fn run<'a>(
+        &'a self,
+        mut root: MutexGuard<'a, Root<P, Q>>,
+        first: Fifo<P>,
+        bypass: bool,
+        to_free: &mut ToFree<P>,
+    ) -> MutexGuard<'a, Root<P, Q>> {
+        let mut role = RunRole {
+            txq: self,
+            batch: first,
+        };
+        let mut bypass = bypass;
+        let mut quota = self.cfg.quota;
+        loop {
+            if role.batch.is_empty() {
+                // dequeue_skb: nothing leaves the qdisc for a stopped queue.
+                if self.driver_stopped() {
+                    break;
+                }
+                Self::dequeue_batch(&mut root, &mut role.batch, self.cfg.bulk.min(quota));
+            }
+            if role.batch.is_empty() {
+                break;
+            }
+            drop(root);
+            let (sent, stopped) = self.transmit(&mut role.batch, bypass, to_free);
+            bypass = false;
+            root = self.lock_root();
+            if !role.batch.is_empty() {
+                self.counters.requeues.add(role.batch.len() as u64);
+                root.requeue.prepend(&mut role.batch);
+            }
+            if stopped {
+                break;
+            }
+            quota = quota.saturating_sub(sent.max(1));
+            if quota == 0 {
+                if root.qlen() == 0 {
+                    break;
+                }
+                self.counters.reschedules.add(1);
+                if self.waker.is_some() {
+                    self.state.fetch_or(SCHED, Ordering::Release);
+                    self.running.store(false, Ordering::Relaxed);
+                    drop(root);
+                    if let Some(w) = &self.waker {
+                        w();
+                    }
+                    return self.lock_root();
+                }
+                // No poll loop to hand over to: carry on, nothing else would.
+                quota = self.cfg.quota;
+            }
+        }
+        self.running.store(false, Ordering::Relaxed);
+        root
+    }
+
+    /// `qdisc_run_begin` for a locked qdisc: the caller holds the root lock and saw the role
+    /// free.
+    #[inline]
+    fn run_begin_locked(&self, _root: &MutexGuard<'_, Root<P, Q>>) {
+        self.running.store(true, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn is_running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// `dequeue_skb`: requeued packets first, then the qdisc, at most `max`.
+    fn dequeue_batch(root: &mut Root<P, Q>, batch: &mut Fifo<P>, max: usize) {
+        while batch.len() < max {
+            let Some(p) = root.requeue.pop_front() else {
+                break;
+            };
+            batch.push_back(p);
+        }
+        while batch.len() < max {
+            let Some(p) = root.qdisc.dequeue() else { break };
+            batch.push_back(p);
+        }
+    }
+
+    /// `sch_direct_xmit` without the root lock: hands `batch` to the driver, counts what it
+    /// took. Returns (sent, stopped).
+    fn transmit(
+        &self,
+        batch: &mut Fifo<P>,
+        bypass: bool,
+        to_free: &mut ToFree<P>,
+    ) -> (usize, bool) {
+        let bytes_before: u64 = batch.iter().map(|p| p.len() as u64).sum();
+        let mut driver = self.driver.lock();
+        if driver.is_stopped() {
+            self.counters.driver_stops.add(1);
+            return (0, true);
+        }
+        let res = driver.xmit(batch, to_free);
+        drop(driver);
+        let bytes_left: u64 = batch.iter().map(|p| p.len() as u64).sum();
+        let dropped_bytes = 0; // driver drops are counted as drops, not as sent bytes
+        self.counters.sent.add(res.sent as u64);
+        self.counters
+            .sent_bytes
+            .add((bytes_before - bytes_left).saturating_sub(dropped_bytes));
+        if bypass {
+            self.counters.bypass.add(res.sent as u64);
+        }
+        if res.stopped {
+            self.counters.driver_stops.add(1);
+        }
+        (res.sent, res.stopped)
+    }
+
+    // ---------------------------------------------------------------- NoLock
+
+    /// `qdisc_run_begin` for a NOLOCK qdisc: try the seqlock; on failure flag MISSED and try
+    /// once more, so that either we run or the runner sees MISSED after it lets go.
+    fn nolock_run_begin(&self) -> bool {
+        let try_lock = || {
+            self.seqlock
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        };
+        if try_lock() {
+            return true;
+        }
+        if self.cfg.strategy == Strategy::NoLockNaive {
+            return false;
+        }
+        if self.state.fetch_or(MISSED, Ordering::SeqCst) & MISSED != 0 {
+            return false; // someone already flagged the runner
+        }
+        try_lock()
+    }
+
+    /// `qdisc_run_end`: let go, then (full barrier) look for MISSED; true if we must run again.
+    fn nolock_run_end(&self) -> bool {
+        self.seqlock.store(false, Ordering::Release);
+        if self.cfg.strategy == Strategy::NoLockNaive {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        self.state.load(Ordering::Relaxed) & MISSED != 0
+    }
+
+    fn xmit_nolock(&self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
+        let flags = self.state.load(Ordering::Relaxed);
+        let mut rc = Verdict::Success;
+        if self.bypass_ok.load(Ordering::Relaxed)
+            && flags & (MISSED | DRAINING) == 0
+            && self.nolock_run_begin()
+        {
+            // Re-check under the run role (the requeue race).
+            let mut root = self.lock_root();
+            if root.deactivated {
+                to_free.drop_packet(pkt, DropReason::Deactivated);
+                drop(root);
+                self.nolock_finish(to_free);
+                return Verdict::Dropped(DropReason::Deactivated);
+            }
+            if self.state.load(Ordering::Relaxed) & (MISSED | DRAINING) != 0 || root.qlen() != 0 {
+                rc = root.qdisc.enqueue(pkt, to_free);
+                drop(root);
+                self.nolock_run(Fifo::new(), false, to_free);
+            } else {
+                drop(root);
+                self.nolock_run(Fifo::from_iter([pkt]), true, to_free);
+            }
+            self.nolock_finish(to_free);
+            return rc;
+        }
+        {
+            let mut root = self.lock_root();
+            if root.deactivated {
+                to_free.drop_packet(pkt, DropReason::Deactivated);
+                return Verdict::Dropped(DropReason::Deactivated);
+            }
+            rc = root.qdisc.enqueue(pkt, to_free);
+        }
+        if self.nolock_run_begin() {
+            self.nolock_run(Fifo::new(), false, to_free);
+            self.nolock_finish(to_free);
+        }
+        rc
+    }
+
+    /// `qdisc_run_end` plus the reschedule it may ask for: while MISSED was seen after letting
+    /// go, take the role again and run (or hand over to the poll loop).
+    fn nolock_finish(&self, to_free: &mut ToFree<P>) {
+        while self.nolock_run_end() {
+            if self.waker.is_some() {
+                self.state.fetch_or(SCHED, Ordering::Release);
+                if let Some(w) = &self.waker {
+                    w();
+                }
+                return;
+            }
+            if !self.nolock_run_begin() {
+                return; // the new runner saw (or set) MISSED and will do it
+            }
+            self.nolock_run(Fifo::new(), false, to_free);
+        }
+    }
+
+    /// `__qdisc_run` for NoLock: the caller holds the seqlock.
+    fn nolock_run(&self, first: Fifo<P>, bypass: bool, to_free: &mut ToFree<P>) {
+        let mut role = RunRole {
+            txq: self,
+            batch: first,
+        };
+        let mut bypass = bypass;
+        let mut quota = self.cfg.quota;
+        let mut rescanned = false;
+        loop {
+            if role.batch.is_empty() {
+                if self.driver_stopped() {
+                    self.nolock_stopped();
+                    return;
+                }
+                let mut root = self.lock_root();
+                Self::dequeue_batch(&mut root, &mut role.batch, self.cfg.bulk.min(quota));
+                drop(root);
+                if role.batch.is_empty() {
+                    // pfifo_fast_dequeue: empty while MISSED/DRAINING is set → clear both,
+                    // barrier, and look once more.
+                    if !rescanned && self.state.load(Ordering::Relaxed) & (MISSED | DRAINING) != 0 {
+                        self.state.fetch_and(!(MISSED | DRAINING), Ordering::SeqCst);
+                        rescanned = true;
+                        continue;
+                    }
+                    return;
+                }
+            }
+            let (sent, stopped) = self.transmit(&mut role.batch, bypass, to_free);
+            bypass = false;
+            if !role.batch.is_empty() {
+                self.counters.requeues.add(role.batch.len() as u64);
+                let mut root = self.lock_root();
+                root.requeue.prepend(&mut role.batch);
+            }
+            if stopped {
+                self.nolock_stopped();
+                return;
+            }
+            quota = quota.saturating_sub(sent.max(1));
+            if quota == 0 {
+                self.counters.reschedules.add(1);
+                // Quota used up: flag MISSED so run_end reschedules.
+                self.state.fetch_or(MISSED, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+
+    /// `qdisc_maybe_clear_missed`: on a stopped queue, trade MISSED for DRAINING so run_end
+    /// does not reschedule in a storm, unless the queue was woken meanwhile.
+    fn nolock_stopped(&self) {
+        self.state.fetch_and(!MISSED, Ordering::SeqCst);
+        let bit = if self.driver.lock().is_stopped() {
+            DRAINING
+        } else {
+            MISSED
+        };
+        self.state.fetch_or(bit, Ordering::SeqCst);
+    }
+
+    /// Whether the driver's queue is stopped (`netif_xmit_frozen_or_stopped`), counted.
+    fn driver_stopped(&self) -> bool {
+        let stopped = self.driver.lock().is_stopped();
+        if stopped {
+            self.counters.driver_stops.add(1);
+        }
+        stopped
+    }
+
+    /// Gives back the run role after a panic unwound through a runner.
+    fn release_role_after_panic(&self) {
+        match self.cfg.strategy {
+            Strategy::NoLock | Strategy::NoLockNaive => {
+                self.state.fetch_or(MISSED, Ordering::SeqCst);
+                self.seqlock.store(false, Ordering::Release);
+            }
+            Strategy::BusyLock | Strategy::DeferList => {
+                // The unwinding runner may still hold the root lock in a guard dropped after
+                // this one, so no lock here: the next caller that takes the lock sees the role
+                // free and runs whatever is queued.
+                self.running.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- control
+
+    /// Runs whatever is queued if nobody else is running it: drains the defer list and the
+    /// qdisc. Call it from the application's poll loop, after the driver reports room
+    /// ([`wake`](TxQueue::wake)), or from a [`TxWorker`](crate::TxWorker). Returns whether
+    /// anything was left queued afterwards.
+    pub fn poll(&self) -> bool {
+        self.state.fetch_and(!SCHED, Ordering::AcqRel);
+        let mut to_free = ToFree::new();
+        match self.cfg.strategy {
+            Strategy::NoLock | Strategy::NoLockNaive => {
+                if self.nolock_run_begin() {
+                    self.nolock_run(Fifo::new(), false, &mut to_free);
+                    self.nolock_finish(&mut to_free);
+                }
+            }
+            Strategy::DeferList => {
+                let root = self.lock_root();
+                self.drain(root, &mut to_free);
+            }
+            Strategy::BusyLock => {
+                let root = self.lock_root();
+                if !self.is_running() && !root.deactivated && root.qlen() != 0 {
+                    self.run_begin_locked(&root);
+                    drop(self.run(root, Fifo::new(), false, &mut to_free));
+                }
+            }
+        }
+        self.free(to_free);
+        self.backlog() != 0 || !self.defer.is_empty()
+    }
+
+    /// The driver has room again (`netif_tx_wake_queue`): run the queue.
+    pub fn wake(&self) -> bool {
+        self.poll()
+    }
+
+    /// Whether a reschedule is pending for the poll loop (`__QDISC_STATE_SCHED`).
+    pub fn is_scheduled(&self) -> bool {
+        self.state.load(Ordering::Acquire) & SCHED != 0
+    }
+
+    /// Deactivates the queue (`dev_deactivate`): everything queued, in the qdisc, the requeue
+    /// list and the defer list, is dropped with [`DropReason::Deactivated`], and so is every
+    /// packet arriving until [`activate`](TxQueue::activate). Returns how many were dropped.
+    pub fn deactivate(&self) -> usize {
+        let mut to_free = ToFree::new();
+        {
+            let mut root = self.lock_root();
+            root.deactivated = true;
+            let Root { qdisc, requeue, .. } = &mut *root;
+            while let Some(p) = requeue.pop_front() {
+                to_free.drop_packet(p, DropReason::Deactivated);
+            }
+            qdisc.reset(&mut to_free, DropReason::Deactivated);
+            for p in self.defer.take_all() {
+                to_free.drop_packet(p, DropReason::Deactivated);
+            }
+        }
+        let n = to_free.len();
+        self.free(to_free);
+        n
+    }
+
+    /// Lets packets through again after [`deactivate`](TxQueue::deactivate).
+    pub fn activate(&self) {
+        self.lock_root().deactivated = false;
+    }
+
+    /// Replaces the qdisc while traffic flows (`tc qdisc replace`). The old qdisc's packets are
+    /// dropped with [`DropReason::Deactivated`], as the kernel resets a replaced qdisc; the old
+    /// qdisc is returned for its statistics. Requeued packets stay and go first.
+    pub fn replace_qdisc(&self, new: Q) -> Q {
+        let mut to_free = ToFree::new();
+        let old = {
+            let mut root = self.lock_root();
+            self.bypass_ok.store(new.can_bypass(), Ordering::Relaxed);
+            let mut old = core::mem::replace(&mut root.qdisc, new);
+            old.reset(&mut to_free, DropReason::Deactivated);
+            old
+        };
+        self.free(to_free);
+        old
+    }
+
+    /// Runs `f` on the qdisc under the root lock (for statistics or a live change).
+    pub fn with_qdisc<R>(&self, f: impl FnOnce(&mut Q) -> R) -> R {
+        let r = f(&mut self.lock_root().qdisc);
+        self.bypass_ok
+            .store(self.lock_root().qdisc.can_bypass(), Ordering::Relaxed);
+        r
+    }
+
+    /// Runs `f` on the driver (waits for a runner's current batch).
+    pub fn with_driver<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
+        f(&mut self.driver.lock())
+    }
+
+    /// Packets in the qdisc and the requeue list (not the defer list, which keeps no count).
+    pub fn backlog(&self) -> usize {
+        self.lock_root().qlen()
+    }
+
+    /// Whether the defer list looks empty (a hint).
+    pub fn defer_list_is_empty(&self) -> bool {
+        self.defer.is_empty()
+    }
+
+    /// The strategy this queue runs.
+    pub fn strategy(&self) -> Strategy {
+        self.cfg.strategy
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> XmitStats {
+        self.counters.snapshot()
+    }
+
+    /// The qdisc's `tc` counters, with the engine's requeues and bypassed packets folded in as
+    /// the kernel reports them.
+    pub fn qdisc_stats(&self) -> QdiscStats {
+        let root = self.lock_root();
+        let mut s = root.qdisc.stats();
+        let c = &self.counters;
+        s.requeues += c.requeues.get();
+        s.packets += c.bypass.get();
+        s.qlen += root.requeue.len() as u64;
+        s.backlog += root.requeue.iter().map(|p| p.len() as u64).sum::<u64>();
+        s
+    }
+}
+
+impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> fmt::Debug for TxQueue<P, Q, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TxQueue")
+            .field("strategy", &self.cfg.strategy)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,236 @@
+//! Transmit-engine counters: what `perf lock contention` and the seed's bpftrace histogram
+//! showed, kept by the engine itself.
+//!
+//! Every counter is a relaxed atomic written off the per-packet fast path: sends by the runner
+//! (one writer at a time), drops and contention only when they happen. The `xmit` latency
+//! histogram costs two clock reads per call and is off unless the queue was built with it.
+
+use core::fmt;
+
+use crate::packet::DropReason;
+use crate::sync::{AtomicU64, Ordering};
+
+const BUCKETS: usize = 64;
+
+/// A log2 histogram of nanoseconds (bucket `i` holds values in `[2^(i-1), 2^i)`, bucket 0 holds 0).
+pub(crate) struct Log2Histogram {
+    buckets: [AtomicU64; BUCKETS],
+}
+
+impl Log2Histogram {
+    pub(crate) fn new() -> Self {
+        Log2Histogram {
+            buckets: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn record(&self, ns: u64) {
+        let i = (u64::BITS - ns.leading_zeros()) as usize;
+        self.buckets[i.min(BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> [u64; BUCKETS] {
+        core::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed))
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        if n != 0 {
+            self.0.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    #[inline]
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The live counters of a `TxQueue`.
+pub(crate) struct XmitCounters {
+    pub(crate) sent: Counter,
+    pub(crate) sent_bytes: Counter,
+    pub(crate) bypass: Counter,
+    pub(crate) requeues: Counter,
+    pub(crate) reschedules: Counter,
+    pub(crate) drops: [Counter; DropReason::ALL.len()],
+    pub(crate) root_contended: Counter,
+    pub(crate) root_wait_ns: Counter,
+    pub(crate) busylock_contended: Counter,
+    pub(crate) busylock_wait_ns: Counter,
+    pub(crate) helped_drains: Counter,
+    pub(crate) overflow_waits: Counter,
+    pub(crate) driver_stops: Counter,
+    pub(crate) latency: Option<Log2Histogram>,
+}
+
+impl XmitCounters {
+    pub(crate) fn new(latency: bool) -> Self {
+        XmitCounters {
+            sent: Counter::default(),
+            sent_bytes: Counter::default(),
+            bypass: Counter::default(),
+            requeues: Counter::default(),
+            reschedules: Counter::default(),
+            drops: Default::default(),
+            root_contended: Counter::default(),
+            root_wait_ns: Counter::default(),
+            busylock_contended: Counter::default(),
+            busylock_wait_ns: Counter::default(),
+            helped_drains: Counter::default(),
+            overflow_waits: Counter::default(),
+            driver_stops: Counter::default(),
+            latency: latency.then(Log2Histogram::new),
+        }
+    }
+
+    pub(crate) fn add_drops(&self, counts: &[u64; DropReason::ALL.len()]) {
+        for (c, &n) in self.drops.iter().zip(counts) {
+            c.add(n);
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> XmitStats {
+        XmitStats {
+            sent: self.sent.get(),
+            sent_bytes: self.sent_bytes.get(),
+            bypass: self.bypass.get(),
+            requeues: self.requeues.get(),
+            reschedules: self.reschedules.get(),
+            drops: core::array::from_fn(|i| self.drops[i].get()),
+            root_contended: self.root_contended.get(),
+            root_wait_ns: self.root_wait_ns.get(),
+            busylock_contended: self.busylock_contended.get(),
+            busylock_wait_ns: self.busylock_wait_ns.get(),
+            helped_drains: self.helped_drains.get(),
+            overflow_waits: self.overflow_waits.get(),
+            driver_stops: self.driver_stops.get(),
+            latency_ns: self.latency.as_ref().map(Log2Histogram::snapshot),
+        }
+    }
+}
+
+/// A snapshot of a transmit queue's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XmitStats {
+    /// Packets the driver accepted.
+    pub sent: u64,
+    /// Bytes the driver accepted.
+    pub sent_bytes: u64,
+    /// Of `sent`, packets that bypassed the qdisc (sent directly by the caller).
+    pub bypass: u64,
+    /// Packets the driver handed back (busy), requeued at the head.
+    pub requeues: u64,
+    /// Times a runner used up its quota with packets left (`__netif_schedule`).
+    pub reschedules: u64,
+    /// Drops per [`DropReason`] (index with [`DropReason::index`]), qdisc drops included.
+    pub drops: [u64; DropReason::ALL.len()],
+    /// Root-lock acquisitions that had to wait.
+    pub root_contended: u64,
+    /// Total time spent waiting for the root lock, ns.
+    pub root_wait_ns: u64,
+    /// Busylock acquisitions that had to wait (BusyLock strategy).
+    pub busylock_contended: u64,
+    /// Total time spent waiting for the busylock, ns.
+    pub busylock_wait_ns: u64,
+    /// Drains done by a pusher that saw the burst count high and helped.
+    pub helped_drains: u64,
+    /// Times a producer parked because the defer list was full (`Overflow::Wait`).
+    pub overflow_waits: u64,
+    /// Times the driver reported its queue stopped.
+    pub driver_stops: u64,
+    /// Log2 histogram of `xmit` call latency in ns, if enabled.
+    pub latency_ns: Option<[u64; BUCKETS]>,
+}
+
+impl XmitStats {
+    /// Every drop, all reasons.
+    pub fn dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Drops for one reason.
+    pub fn drops_for(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()]
+    }
+
+    /// Writes the latency histogram in the bpftrace `hist()` shape; nothing if not enabled.
+    pub fn fmt_histogram(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(h) = &self.latency_ns else {
+            return Ok(());
+        };
+        let Some(first) = h.iter().position(|&n| n != 0) else {
+            return writeln!(f, "@xmit_ns: (no samples)");
+        };
+        let last = h.iter().rposition(|&n| n != 0).unwrap_or(first);
+        let max = h.iter().copied().max().unwrap_or(1).max(1);
+        writeln!(f, "@xmit_ns:")?;
+        for (i, &n) in h.iter().enumerate().take(last + 1).skip(first) {
+            let (lo, hi) = if i == 0 {
+                (0, 1)
+            } else {
+                (1u64 << (i - 1), 1u64 << i)
+            };
+            let bar = (n * 52).div_ceil(max) as usize;
+            writeln!(
+                f,
+                "[{}, {}){:>w$} {:>8} |{:<52}|",
+                human(lo),
+                human(hi),
+                "",
+                n,
+                "@".repeat(bar),
+                w = 14usize.saturating_sub(human(lo).len() + human(hi).len() + 4)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn human(ns: u64) -> String {
+    match ns {
+        n if n >= 1 << 30 => format!("{}G", n >> 30),
+        n if n >= 1 << 20 => format!("{}M", n >> 20),
+        n if n >= 1 << 10 => format!("{}K", n >> 10),
+        n => n.to_string(),
+    }
+}
+
+impl fmt::Display for XmitStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "xmit: sent {} pkt {} bytes (bypass {}), requeues {}, reschedules {}, driver stops {}",
+            self.sent,
+            self.sent_bytes,
+            self.bypass,
+            self.requeues,
+            self.reschedules,
+            self.driver_stops
+        )?;
+        write!(f, "drops: {}", self.dropped())?;
+        for r in DropReason::ALL {
+            if self.drops_for(r) != 0 {
+                write!(f, " {}={}", r.name(), self.drops_for(r))?;
+            }
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "lock contention: root {} waits, {:.3} ms total; busylock {} waits, {:.3} ms total; \
+             helped drains {}; overflow waits {}",
+            self.root_contended,
+            self.root_wait_ns as f64 / 1e6,
+            self.busylock_contended,
+            self.busylock_wait_ns as f64 / 1e6,
+            self.helped_drains,
+            self.overflow_waits
+        )?;
+        self.fmt_histogram(f)
+    }
+}

@@ -1,0 +1,105 @@
+//! [`TxWorker`]: the user-space `NET_TX_SOFTIRQ`. A thread parked until a runner hands over the
+//! rest of its work (quota used up), then it polls the queue.
+
+use core::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle, Thread};
+
+use crate::packet::Packet;
+use crate::qdisc::Qdisc;
+
+use super::config::TxQueueBuilder;
+use super::driver::Driver;
+use super::queue::TxQueue;
+use crate::config::ConfigError;
+
+/// A transmit queue with a worker thread that finishes rescheduled work.
+///
+/// ```
+/// use qdisc::{NullDriver, Pfifo, TestPacket, TxQueue, TxWorker};
+///
+/// let worker = TxWorker::spawn(TxQueue::builder(), Pfifo::<TestPacket>::new(), NullDriver::new())
+///     .unwrap();
+/// worker.queue().xmit(TestPacket::new(1, 64));
+/// let txq = worker.stop(); // runs the queue dry, joins the thread
+/// assert_eq!(txq.stats().sent, 1);
+/// ```
+pub struct TxWorker<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
+    txq: Arc<TxQueue<P, Q, D>>,
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl<P: Packet + 'static, Q: Qdisc<P> + 'static, D: Driver<P> + 'static> TxWorker<P, Q, D> {
+    /// Builds the queue with a waker that unparks a new worker thread, and starts the thread.
+    ///
+    /// # Errors
+    ///
+    /// The builder's [`ConfigError`].
+    pub fn spawn(builder: TxQueueBuilder, qdisc: Q, driver: D) -> Result<Self, ConfigError> {
+        let slot: Arc<std::sync::OnceLock<Thread>> = Arc::new(std::sync::OnceLock::new());
+        let waker_slot = slot.clone();
+        let txq = Arc::new(builder.build_with_waker(qdisc, driver, move || {
+            if let Some(t) = waker_slot.get() {
+                t.unpark();
+            }
+        })?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (q, s) = (txq.clone(), stop.clone());
+        let handle = thread::Builder::new()
+            .name("tx-worker".into())
+            .spawn(move || {
+                while !s.load(Ordering::Acquire) {
+                    if q.is_scheduled() {
+                        q.poll();
+                    } else {
+                        thread::park();
+                    }
+                }
+            })
+            .expect("spawning the tx worker thread");
+        let _ = slot.set(handle.thread().clone());
+        Ok(TxWorker {
+            txq,
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    /// The queue, for `xmit` and statistics.
+    pub fn queue(&self) -> &Arc<TxQueue<P, Q, D>> {
+        &self.txq
+    }
+
+    /// Stops the worker, runs the queue dry on the calling thread and returns it.
+    pub fn stop(mut self) -> Arc<TxQueue<P, Q, D>> {
+        self.shutdown();
+        while self.txq.poll() {}
+        self.txq.clone()
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
+}
+
+impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for TxWorker<P, Q, D> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
+}
+
+impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> fmt::Debug for TxWorker<P, Q, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TxWorker").field("txq", &self.txq).finish()
+    }
+}
