@@ -64,12 +64,18 @@ impl fmt::Display for BuildError {
                 "frame_size {s} is above the maximum {}: use 2048 or 4096",
                 crate::MAX_FRAME_SIZE
             ),
-            BuildError::RegionTooLarge { frame_count, frame_size } => write!(
+            BuildError::RegionTooLarge {
+                frame_count,
+                frame_size,
+            } => write!(
                 f,
                 "{frame_count} frames of {frame_size} bytes do not fit one region (at most \
                  u32::MAX frames and usize::MAX bytes): use fewer frames"
             ),
-            BuildError::HeadroomTooLarge { headroom, frame_size } => write!(
+            BuildError::HeadroomTooLarge {
+                headroom,
+                frame_size,
+            } => write!(
                 f,
                 "headroom {headroom} leaves no data room in a {frame_size}-byte frame: use a \
                  smaller headroom (256, XDP_PACKET_HEADROOM, is the default)"
@@ -83,7 +89,11 @@ impl fmt::Display for BuildError {
             BuildError::ZeroBatch => {
                 f.write_str("remote_batch and cache_max must be at least 1 (defaults 32 and 256)")
             }
-            BuildError::Mmap { errno, huge: true, len } => write!(
+            BuildError::Mmap {
+                errno,
+                huge: true,
+                len,
+            } => write!(
                 f,
                 "mmap of {len} bytes with MAP_HUGETLB failed: {} (errno {errno}); reserve huge \
                  pages (`echo N > /proc/sys/vm/nr_hugepages`, N ≥ {} for 2 MiB pages), or choose \
@@ -91,7 +101,11 @@ impl fmt::Display for BuildError {
                 std::io::Error::from_raw_os_error(errno),
                 len.div_ceil(crate::region::HUGE_PAGE_SIZE)
             ),
-            BuildError::Mmap { errno, huge: false, len } => write!(
+            BuildError::Mmap {
+                errno,
+                huge: false,
+                len,
+            } => write!(
                 f,
                 "mmap of {len} bytes failed: {} (errno {errno}); use fewer or smaller frames, or \
                  raise the memory limit (`ulimit -v`, vm.overcommit_memory)",

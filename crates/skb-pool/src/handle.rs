@@ -152,7 +152,12 @@ impl Local {
             self.splice(overflow, Source::Overflow);
             return self.pop_taken();
         }
-        let batch = self.pool().depot.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let batch = self
+            .pool()
+            .depot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
         if let Some(mut batch) = batch {
             let f = batch.pop_front();
             self.cache.append(&mut batch);
@@ -197,7 +202,11 @@ impl Local {
         if len == 1 {
             self.dirty[owner as usize / 64] |= 1 << (owner % 64);
         }
-        if len >= self.pool().cfg.remote_batch { self.flush_to(owner) } else { None }
+        if len >= self.pool().cfg.remote_batch {
+            self.flush_to(owner)
+        } else {
+            None
+        }
     }
 
     /// Moves the colder half of an overgrown cache to the depot.
@@ -213,7 +222,11 @@ impl Local {
         }
         let cold = core::mem::replace(&mut self.cache, hot);
         if !cold.is_empty() {
-            self.pool().depot.lock().unwrap_or_else(PoisonError::into_inner).push(cold);
+            self.pool()
+                .depot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(cold);
         }
     }
 
@@ -237,7 +250,10 @@ impl Local {
         let pool = self.pool;
         // SAFETY: our handle's reference keeps the pool alive; the borrow is not tied to self.
         let pool = unsafe { pool.as_ref() };
-        match pool.slot(owner).defer(batch, k, pool.cfg.defer_max, &pool.overflow) {
+        match pool
+            .slot(owner)
+            .defer(batch, k, pool.cfg.defer_max, &pool.overflow)
+        {
             Deferred::Overflow => {
                 self.stats.overflow += k as u64;
                 None
@@ -270,7 +286,11 @@ impl Local {
         all.append(&mut core::mem::take(&mut self.taken).reverse());
         all.append(&mut self.slot().drain().reverse());
         if !all.is_empty() {
-            self.pool().depot.lock().unwrap_or_else(PoisonError::into_inner).push(all);
+            self.pool()
+                .depot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(all);
         }
     }
 }
@@ -346,7 +366,9 @@ impl PoolHandle {
             .slots
             .iter()
             .position(|s| s.try_claim(wake.clone()))
-            .ok_or(PoolError::TooManyOwners { max_owners: inner.slots.len() })?;
+            .ok_or(PoolError::TooManyOwners {
+                max_owners: inner.slots.len(),
+            })?;
         let slot = &inner.slots[id];
         let owners = inner.slots.len();
         let mut local = Box::new(Local {
@@ -370,7 +392,11 @@ impl PoolHandle {
             unsafe { (*local.as_ptr()).next = head.get() };
             head.set(local.as_ptr());
         });
-        Ok(PoolHandle { local, pool: pool.clone(), _not_send: PhantomData })
+        Ok(PoolHandle {
+            local,
+            pool: pool.clone(),
+            _not_send: PhantomData,
+        })
     }
 
     #[inline]

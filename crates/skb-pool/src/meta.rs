@@ -110,12 +110,24 @@ impl Frame {
     #[inline]
     pub(crate) fn init(&self, owner: u16, headroom: u32) {
         let meta = self.meta();
-        debug_assert_eq!(meta.state.load(Ordering::Relaxed), FREE, "allocated a frame twice");
+        debug_assert_eq!(
+            meta.state.load(Ordering::Relaxed),
+            FREE,
+            "allocated a frame twice"
+        );
         #[cfg(lockless_loom)]
-        assert_eq!(meta.state.load(Ordering::Relaxed), FREE, "allocated a frame twice");
+        assert_eq!(
+            meta.state.load(Ordering::Relaxed),
+            FREE,
+            "allocated a frame twice"
+        );
         // SAFETY: the frame came off a free list or cache that only this thread holds now.
         unsafe {
-            *meta.data.get() = SkbMeta { head: headroom, owner, ..SkbMeta::default() };
+            *meta.data.get() = SkbMeta {
+                head: headroom,
+                owner,
+                ..SkbMeta::default()
+            };
         }
         meta.state.store(IN_USE, Ordering::Relaxed);
     }

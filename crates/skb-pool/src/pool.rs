@@ -145,7 +145,12 @@ impl PoolBuilder {
     ///
     /// A [`BuildError`] naming the bad value or the failed `mmap` and how to fix it.
     pub fn build(self) -> Result<Pool, BuildError> {
-        let PoolBuilder { frame_size, frame_count, headroom, .. } = self;
+        let PoolBuilder {
+            frame_size,
+            frame_count,
+            headroom,
+            ..
+        } = self;
         if frame_count == 0 {
             return Err(BuildError::ZeroFrames);
         }
@@ -159,10 +164,16 @@ impl PoolBuilder {
             return Err(BuildError::FrameSizeTooLarge(frame_size));
         }
         if frame_count > u32::MAX as usize || frame_count.checked_mul(frame_size).is_none() {
-            return Err(BuildError::RegionTooLarge { frame_count, frame_size });
+            return Err(BuildError::RegionTooLarge {
+                frame_count,
+                frame_size,
+            });
         }
         if headroom >= frame_size {
-            return Err(BuildError::HeadroomTooLarge { headroom, frame_size });
+            return Err(BuildError::HeadroomTooLarge {
+                headroom,
+                frame_size,
+            });
         }
         if self.max_owners == 0 || self.max_owners > MAX_OWNERS {
             return Err(BuildError::BadOwnerCount(self.max_owners));
@@ -178,7 +189,9 @@ impl PoolBuilder {
             cache_max: self.cache_max,
             shift: frame_size.trailing_zeros(),
         };
-        Ok(Pool { inner: PoolInner::create(region, cfg, self.max_owners) })
+        Ok(Pool {
+            inner: PoolInner::create(region, cfg, self.max_owners),
+        })
     }
 }
 
@@ -214,8 +227,9 @@ impl PoolInner {
         // Allocate first, so every frame's back pointer and every later access derive from the
         // one raw pointer the pool lives at.
         let raw: *mut PoolInner = Box::into_raw(Box::<PoolInner>::new_uninit()).cast();
-        let metas: Box<[FrameMeta]> =
-            (0..count as u32).map(|i| FrameMeta::new(i, raw.cast_const())).collect();
+        let metas: Box<[FrameMeta]> = (0..count as u32)
+            .map(|i| FrameMeta::new(i, raw.cast_const()))
+            .collect();
         let slots: Box<[OwnerSlot]> = (0..max_owners).map(|_| OwnerSlot::new()).collect();
         let inner = PoolInner {
             refs: AtomicUsize::new(1),
@@ -245,7 +259,10 @@ impl PoolInner {
             batches.push(cur);
         }
         batches.reverse(); // the depot pops from the end
-        *inner.depot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = batches;
+        *inner
+            .depot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = batches;
         // SAFETY: `Box::into_raw` never returns null.
         unsafe { NonNull::new_unchecked(raw) }
     }
@@ -298,8 +315,13 @@ impl PoolInner {
             frame.set_free();
             let mut one = Fifo::new();
             one.push_back(frame);
-            let mut s = HandleStats { remote_frees: 1, ..HandleStats::default() };
-            let wake = match pool.slot(owner).defer(one, 1, pool.cfg.defer_max, &pool.overflow)
+            let mut s = HandleStats {
+                remote_frees: 1,
+                ..HandleStats::default()
+            };
+            let wake = match pool
+                .slot(owner)
+                .defer(one, 1, pool.cfg.defer_max, &pool.overflow)
             {
                 Deferred::Overflow => {
                     s.overflow = 1;
@@ -531,6 +553,7 @@ impl Pool {
         Some(OwnerState {
             claimed: slot.is_claimed(),
             deferred_count: slot.count(),
+            has_deferred: !slot.looks_empty(),
             wake_pending: slot.is_pending(),
         })
     }
@@ -566,8 +589,11 @@ impl fmt::Debug for Pool {
 pub struct OwnerState {
     /// Whether a live handle owns the slot.
     pub claimed: bool,
-    /// The defer count (frames deferred since the last drain; errs high after overflows).
+    /// The defer count (frames deferred since the last drain; errs high after overflows, and
+    /// low when frees race a drain's reset, as the kernel's does).
     pub deferred_count: usize,
+    /// Whether the defer list holds frames (a relaxed snapshot).
+    pub has_deferred: bool,
     /// Whether a wake is pending (set by the kick at half of `defer_max`, cleared by a drain).
     pub wake_pending: bool,
 }

@@ -73,7 +73,11 @@ impl Region {
         huge: bool,
         populate: bool,
     ) -> Result<Region, BuildError> {
-        let map_len = if huge { len.div_ceil(HUGE_PAGE_SIZE) * HUGE_PAGE_SIZE } else { len };
+        let map_len = if huge {
+            len.div_ceil(HUGE_PAGE_SIZE) * HUGE_PAGE_SIZE
+        } else {
+            len
+        };
         let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
         if huge {
             flags |= libc::MAP_HUGETLB;
@@ -95,11 +99,25 @@ impl Region {
         };
         if ptr == libc::MAP_FAILED {
             let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            return Err(BuildError::Mmap { errno, huge, len: map_len });
+            return Err(BuildError::Mmap {
+                errno,
+                huge,
+                len: map_len,
+            });
         }
-        let base = NonNull::new(ptr.cast::<u8>())
-            .ok_or(BuildError::Mmap { errno: libc::ENOMEM, huge, len: map_len })?;
-        Ok(Region { base, len, map_len, frame_size, frame_count, huge })
+        let base = NonNull::new(ptr.cast::<u8>()).ok_or(BuildError::Mmap {
+            errno: libc::ENOMEM,
+            huge,
+            len: map_len,
+        })?;
+        Ok(Region {
+            base,
+            len,
+            map_len,
+            frame_size,
+            frame_count,
+            huge,
+        })
     }
 
     #[cfg(lockless_loom)]
@@ -111,14 +129,33 @@ impl Region {
         _populate: bool,
     ) -> Result<Region, BuildError> {
         if huge {
-            return Err(BuildError::Mmap { errno: 12, huge, len });
+            return Err(BuildError::Mmap {
+                errno: 12,
+                huge,
+                len,
+            });
         }
-        let layout = std::alloc::Layout::from_size_align(len, 4096)
-            .map_err(|_| BuildError::Mmap { errno: 12, huge, len })?;
+        let layout =
+            std::alloc::Layout::from_size_align(len, 4096).map_err(|_| BuildError::Mmap {
+                errno: 12,
+                huge,
+                len,
+            })?;
         // SAFETY: `len` is non-zero (frame_count ≥ 1, frame_size ≥ 2048).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let base = NonNull::new(ptr).ok_or(BuildError::Mmap { errno: 12, huge, len })?;
-        Ok(Region { base, len, map_len: len, frame_size, frame_count, huge })
+        let base = NonNull::new(ptr).ok_or(BuildError::Mmap {
+            errno: 12,
+            huge,
+            len,
+        })?;
+        Ok(Region {
+            base,
+            len,
+            map_len: len,
+            frame_size,
+            frame_count,
+            huge,
+        })
     }
 
     /// First byte of the region (page aligned; huge-page aligned if [`is_huge`](Region::is_huge)).
@@ -161,7 +198,9 @@ impl Region {
     #[inline]
     pub(crate) fn frame_ptr(&self, index: u32) -> *mut u8 {
         // SAFETY (arithmetic only): index < frame_count, so the offset stays inside the mapping.
-        self.base.as_ptr().wrapping_add((index as usize) * self.frame_size)
+        self.base
+            .as_ptr()
+            .wrapping_add((index as usize) * self.frame_size)
     }
 }
 

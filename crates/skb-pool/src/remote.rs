@@ -147,7 +147,11 @@ impl OwnerSlot {
         }
         r.list.add_batch(batch);
         let half = defer_max / 2;
-        if prev <= half && n > half { Deferred::Queued(self.kick()) } else { Deferred::Queued(Kick::None) }
+        if prev <= half && n > half {
+            Deferred::Queued(self.kick())
+        } else {
+            Deferred::Queued(Kick::None)
+        }
     }
 
     /// `kick_defer_list_purge`: one wake per fill cycle, guarded by `pending`.
@@ -155,7 +159,12 @@ impl OwnerSlot {
         if self.pending.swap(true, Ordering::AcqRel) {
             return Kick::AlreadyPending;
         }
-        Kick::Won(self.wake.lock().unwrap_or_else(PoisonError::into_inner).clone())
+        Kick::Won(
+            self.wake
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        )
     }
 
     /// `skb_defer_free_flush`: clear `pending`, reset the count, take the whole list.
@@ -164,8 +173,11 @@ impl OwnerSlot {
         if self.pending.load(Ordering::Relaxed) {
             self.pending.store(false, Ordering::Relaxed);
         }
-        // Release: orders the clear above before any free that reads the reset count.
-        r.count.store(0, Ordering::Release);
+        // Release: orders the clear above before any free that reads the reset count. A swap
+        // rather than a store so the reset takes its place in the count's modification order
+        // after every increment it overwrites (with a plain store the C11 argument is the same,
+        // but loom's partial modification order would let later increments read past it).
+        r.count.swap(0, Ordering::Release);
         r.list.take_all()
     }
 

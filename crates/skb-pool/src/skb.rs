@@ -307,8 +307,10 @@ impl Skb {
     #[inline]
     pub fn socket(&self) -> Option<SocketRef> {
         let m = self.m();
-        (m.flags & F_SOCK != 0)
-            .then_some(SocketRef { id: m.sock_id, connected: m.flags & F_CONNECTED != 0 })
+        (m.flags & F_SOCK != 0).then_some(SocketRef {
+            id: m.sock_id,
+            connected: m.flags & F_CONNECTED != 0,
+        })
     }
 
     /// Sets or clears the sending socket.
@@ -406,7 +408,9 @@ impl Skb {
         let head = self.m().head;
         // Release: the metadata (and data) written so far is visible to whoever takes the
         // frame back with the Acquire CAS in `skb_from_addr`.
-        self.frame_meta().state.store((head << 2) | IN_FLIGHT, Ordering::Release);
+        self.frame_meta()
+            .state
+            .store((head << 2) | IN_FLIGHT, Ordering::Release);
         core::mem::forget(self);
         addr
     }

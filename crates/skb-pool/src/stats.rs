@@ -36,7 +36,9 @@ pub(crate) struct Totals {
 
 impl Totals {
     pub(crate) fn new() -> Self {
-        Totals { counters: core::array::from_fn(|_| AtomicUsize::new(0)) }
+        Totals {
+            counters: core::array::from_fn(|_| AtomicUsize::new(0)),
+        }
     }
 
     pub(crate) fn fold(&self, s: &HandleStats) {

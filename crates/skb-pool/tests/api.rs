@@ -28,22 +28,43 @@ fn build_errors_name_cause_and_fix() {
     assert_eq!(e, BuildError::FrameSizeTooSmall(1024));
     assert!(e.to_string().contains("2048"));
 
-    let e = Pool::builder().frame_size(MAX_FRAME_SIZE * 2).build().unwrap_err();
+    let e = Pool::builder()
+        .frame_size(MAX_FRAME_SIZE * 2)
+        .build()
+        .unwrap_err();
     assert_eq!(e, BuildError::FrameSizeTooLarge(MAX_FRAME_SIZE * 2));
 
-    let e = Pool::builder().frame_count(usize::MAX / 1024).build().unwrap_err();
+    let e = Pool::builder()
+        .frame_count(usize::MAX / 1024)
+        .build()
+        .unwrap_err();
     assert!(matches!(e, BuildError::RegionTooLarge { .. }), "{e}");
 
     let e = Pool::builder().headroom(2048).build().unwrap_err();
-    assert_eq!(e, BuildError::HeadroomTooLarge { headroom: 2048, frame_size: 2048 });
+    assert_eq!(
+        e,
+        BuildError::HeadroomTooLarge {
+            headroom: 2048,
+            frame_size: 2048
+        }
+    );
 
-    assert_eq!(Pool::builder().max_owners(0).build().unwrap_err(), BuildError::BadOwnerCount(0));
+    assert_eq!(
+        Pool::builder().max_owners(0).build().unwrap_err(),
+        BuildError::BadOwnerCount(0)
+    );
     assert_eq!(
         Pool::builder().max_owners(1 << 20).build().unwrap_err(),
         BuildError::BadOwnerCount(1 << 20)
     );
-    assert_eq!(Pool::builder().remote_batch(0).build().unwrap_err(), BuildError::ZeroBatch);
-    assert_eq!(Pool::builder().cache_max(0).build().unwrap_err(), BuildError::ZeroBatch);
+    assert_eq!(
+        Pool::builder().remote_batch(0).build().unwrap_err(),
+        BuildError::ZeroBatch
+    );
+    assert_eq!(
+        Pool::builder().cache_max(0).build().unwrap_err(),
+        BuildError::ZeroBatch
+    );
     // Every error is a std error with a message.
     let _: &dyn std::error::Error = &e;
 }
@@ -58,7 +79,9 @@ fn mmap_failure_is_typed_with_the_fix() {
         .build()
         .unwrap_err();
     match e {
-        BuildError::Mmap { errno, huge: false, .. } => assert_eq!(errno, libc::ENOMEM),
+        BuildError::Mmap {
+            errno, huge: false, ..
+        } => assert_eq!(errno, libc::ENOMEM),
         other => panic!("unexpected {other:?}"),
     }
     assert!(e.to_string().contains("errno"), "{e}");
@@ -66,7 +89,11 @@ fn mmap_failure_is_typed_with_the_fix() {
 
 #[test]
 fn huge_pages_required_or_preferred() {
-    match Pool::builder().frame_count(1024).huge_pages(HugePages::Require).build() {
+    match Pool::builder()
+        .frame_count(1024)
+        .huge_pages(HugePages::Require)
+        .build()
+    {
         Ok(pool) => assert!(pool.region().is_huge()),
         Err(e) => {
             assert!(matches!(e, BuildError::Mmap { huge: true, .. }), "{e:?}");
@@ -74,16 +101,27 @@ fn huge_pages_required_or_preferred() {
         }
     }
     // Prefer always succeeds: huge pages if reserved, else the explicit fallback.
-    let pool = Pool::builder().frame_count(1024).huge_pages(HugePages::Prefer).build().unwrap();
+    let pool = Pool::builder()
+        .frame_count(1024)
+        .huge_pages(HugePages::Prefer)
+        .build()
+        .unwrap();
     assert_eq!(pool.region().len(), 1024 * 2048);
 }
 
 #[test]
 fn region_geometry_for_umem() {
-    let pool = Pool::builder().frame_size(4096).frame_count(100).build().unwrap();
+    let pool = Pool::builder()
+        .frame_size(4096)
+        .frame_count(100)
+        .build()
+        .unwrap();
     let r = pool.region();
     assert_eq!(r.base() as usize % 4096, 0);
-    assert_eq!((r.len(), r.frame_size(), r.frame_count()), (409_600, 4096, 100));
+    assert_eq!(
+        (r.len(), r.frame_size(), r.frame_count()),
+        (409_600, 4096, 100)
+    );
     assert!(!r.is_empty());
     let mut h = pool.handle().unwrap();
     let skb = h.alloc().unwrap();
@@ -111,7 +149,11 @@ fn exhaustion_is_an_error_and_frames_come_back() {
 
 #[test]
 fn too_many_owners() {
-    let pool = Pool::builder().frame_count(4).max_owners(2).build().unwrap();
+    let pool = Pool::builder()
+        .frame_count(4)
+        .max_owners(2)
+        .build()
+        .unwrap();
     let a = pool.handle().unwrap();
     let _b = pool.handle().unwrap();
     let e = pool.handle().unwrap_err();
@@ -126,13 +168,19 @@ fn put_push_pull_trim_bounds() {
     let pool = Pool::builder().frame_count(2).headroom(16).build().unwrap();
     let mut h = pool.handle().unwrap();
     let mut skb = h.alloc().unwrap();
-    assert_eq!((skb.headroom(), skb.len(), skb.tailroom()), (16, 0, 2048 - 16));
+    assert_eq!(
+        (skb.headroom(), skb.len(), skb.tailroom()),
+        (16, 0, 2048 - 16)
+    );
     assert!(skb.is_empty());
 
     // put: exactly the tailroom fits, one more does not.
     assert_eq!(
         skb.put(2048 - 16 + 1).unwrap_err(),
-        SkbError::NoTailroom { need: 2033, have: 2032 }
+        SkbError::NoTailroom {
+            need: 2033,
+            have: 2032
+        }
     );
     skb.put(2032).unwrap().fill(7);
     assert_eq!((skb.len(), skb.tailroom()), (2032, 0));
@@ -147,13 +195,19 @@ fn put_push_pull_trim_bounds() {
     assert_eq!(skb.len(), 10);
 
     // push: exactly the headroom fits, one more does not.
-    assert_eq!(skb.push(17).unwrap_err(), SkbError::NoHeadroom { need: 17, have: 16 });
+    assert_eq!(
+        skb.push(17).unwrap_err(),
+        SkbError::NoHeadroom { need: 17, have: 16 }
+    );
     skb.push(16).unwrap().copy_from_slice(&[1; 16]);
     assert_eq!((skb.headroom(), skb.len()), (0, 26));
     assert!(skb.push(1).is_err());
 
     // pull: exactly the length fits, one more does not; pulled bytes are returned.
-    assert_eq!(skb.pull(27).unwrap_err(), SkbError::TooShort { need: 27, have: 26 });
+    assert_eq!(
+        skb.pull(27).unwrap_err(),
+        SkbError::TooShort { need: 27, have: 26 }
+    );
     assert_eq!(skb.pull(16).unwrap(), &[1; 16]);
     assert_eq!(skb.data(), &[7; 10]);
     assert_eq!(skb.pull(10).unwrap().len(), 10);
@@ -163,12 +217,21 @@ fn put_push_pull_trim_bounds() {
 
     // reserve: only while empty, within the tailroom.
     let room = skb.tailroom();
-    assert_eq!(skb.reserve(room + 1).unwrap_err(), SkbError::NoTailroom { need: room + 1, have: room });
+    assert_eq!(
+        skb.reserve(room + 1).unwrap_err(),
+        SkbError::NoTailroom {
+            need: room + 1,
+            have: room
+        }
+    );
     skb.reserve(8).unwrap();
     assert_eq!(skb.headroom(), 26 + 8);
     skb.put_slice(b"ab").unwrap();
     assert_eq!(skb.reserve(1).unwrap_err(), SkbError::NotEmpty { len: 2 });
-    for e in [SkbError::NotEmpty { len: 2 }, SkbError::TooShort { need: 1, have: 0 }] {
+    for e in [
+        SkbError::NotEmpty { len: 2 },
+        SkbError::TooShort { need: 1, have: 0 },
+    ] {
         assert!(!e.to_string().is_empty());
     }
     skb.data_mut()[0] = b'z';
@@ -183,17 +246,29 @@ fn a_new_skb_is_clean() {
     skb.put_slice(b"abc").unwrap();
     skb.set_priority(3);
     skb.set_flow_hash(99);
-    skb.set_socket(Some(SocketRef { id: 5, connected: false }));
+    skb.set_socket(Some(SocketRef {
+        id: 5,
+        connected: false,
+    }));
     skb.set_tstamp(Some(1_000));
     skb.set_queue_mapping(2);
     skb.mark_ce();
     drop(skb);
     let skb = h.alloc().unwrap();
     assert_eq!(
-        (skb.len(), skb.headroom(), skb.priority(), skb.flow_hash(), skb.queue_mapping()),
+        (
+            skb.len(),
+            skb.headroom(),
+            skb.priority(),
+            skb.flow_hash(),
+            skb.queue_mapping()
+        ),
         (0, 256, 0, 0, 0)
     );
-    assert_eq!((skb.socket(), skb.tstamp(), skb.is_ce()), (None, None, false));
+    assert_eq!(
+        (skb.socket(), skb.tstamp(), skb.is_ce()),
+        (None, None, false)
+    );
 }
 
 #[test]
@@ -204,13 +279,22 @@ fn metadata_round_trip() {
     assert_eq!(skb.owner(), h.owner());
     skb.set_priority(7);
     skb.set_flow_hash(0xdead_beef);
-    skb.set_socket(Some(SocketRef { id: 42, connected: true }));
+    skb.set_socket(Some(SocketRef {
+        id: 42,
+        connected: true,
+    }));
     skb.set_tstamp(Some(123));
     skb.set_queue_mapping(3);
     skb.mark_ce();
     assert_eq!(skb.priority(), 7);
     assert_eq!(skb.flow_hash(), 0xdead_beef);
-    assert_eq!(skb.socket(), Some(SocketRef { id: 42, connected: true }));
+    assert_eq!(
+        skb.socket(),
+        Some(SocketRef {
+            id: 42,
+            connected: true
+        })
+    );
     assert_eq!(skb.tstamp(), Some(123));
     assert_eq!(skb.queue_mapping(), 3);
     assert!(skb.is_ce());
@@ -218,8 +302,14 @@ fn metadata_round_trip() {
     skb.set_tstamp(None);
     assert_eq!((skb.socket(), skb.tstamp()), (None, None));
     assert!(format!("{skb:?}").contains("priority"));
-    assert_eq!(std::mem::size_of::<skb_pool::Skb>(), std::mem::size_of::<usize>());
-    assert_eq!(std::mem::size_of::<Option<skb_pool::Skb>>(), std::mem::size_of::<usize>());
+    assert_eq!(
+        std::mem::size_of::<skb_pool::Skb>(),
+        std::mem::size_of::<usize>()
+    );
+    assert_eq!(
+        std::mem::size_of::<Option<skb_pool::Skb>>(),
+        std::mem::size_of::<usize>()
+    );
 }
 
 #[test]
@@ -237,36 +327,58 @@ fn addr_round_trip_and_validation() {
     let len = pool.region().len() as u64;
     assert_eq!(
         pool.skb_from_addr(len).unwrap_err(),
-        AddrError::OutOfRegion { addr: len, region_len: len }
+        AddrError::OutOfRegion {
+            addr: len,
+            region_len: len
+        }
     );
-    assert_eq!(pool.skb_from_addr(u64::MAX).unwrap_err(), AddrError::OutOfRegion {
-        addr: u64::MAX,
-        region_len: len
-    });
+    assert_eq!(
+        pool.skb_from_addr(u64::MAX).unwrap_err(),
+        AddrError::OutOfRegion {
+            addr: u64::MAX,
+            region_len: len
+        }
+    );
     assert_eq!(
         pool.skb_from_addr(addr + 1).unwrap_err(),
-        AddrError::Misaligned { addr: addr + 1, expected: addr }
+        AddrError::Misaligned {
+            addr: addr + 1,
+            expected: addr
+        }
     );
     assert_eq!(
         pool.skb_from_addr(frame).unwrap_err(),
-        AddrError::Misaligned { addr: frame, expected: addr }
+        AddrError::Misaligned {
+            addr: frame,
+            expected: addr
+        }
     );
     // Another frame, free or in use, is not in flight.
     let other = if frame == 0 { 2048 + 256 } else { 256 };
-    assert_eq!(pool.skb_from_addr(other).unwrap_err(), AddrError::NotInFlight { addr: other });
+    assert_eq!(
+        pool.skb_from_addr(other).unwrap_err(),
+        AddrError::NotInFlight { addr: other }
+    );
     let held = h.alloc().unwrap();
     let held_addr = held.data_addr();
-    assert_eq!(pool.skb_from_addr(held_addr).unwrap_err(), AddrError::NotInFlight {
-        addr: held_addr
-    });
+    assert_eq!(
+        pool.skb_from_addr(held_addr).unwrap_err(),
+        AddrError::NotInFlight { addr: held_addr }
+    );
 
     let back = h.skb_from_addr(addr).unwrap();
     assert_eq!((back.len(), back.priority(), back.data()[99]), (100, 5, 9));
-    assert_eq!(pool.skb_from_addr(addr).unwrap_err(), AddrError::NotInFlight { addr });
+    assert_eq!(
+        pool.skb_from_addr(addr).unwrap_err(),
+        AddrError::NotInFlight { addr }
+    );
     for e in [
         AddrError::NotInFlight { addr },
         AddrError::Misaligned { addr, expected: 0 },
-        AddrError::OutOfRegion { addr, region_len: len },
+        AddrError::OutOfRegion {
+            addr,
+            region_len: len,
+        },
     ] {
         assert!(!e.to_string().is_empty());
     }
@@ -281,10 +393,19 @@ fn rx_addr_anywhere_in_an_in_flight_frame() {
     let skb = h.alloc().unwrap();
     let frame = skb.frame_addr();
     let _fill = skb.into_addr();
-    assert!(matches!(pool.skb_from_rx(frame + 2000, 100), Err(AddrError::OutOfRegion { .. })));
+    assert!(matches!(
+        pool.skb_from_rx(frame + 2000, 100),
+        Err(AddrError::OutOfRegion { .. })
+    ));
     let rx = pool.skb_from_rx(frame + 512, 60).unwrap();
-    assert_eq!((rx.headroom(), rx.len(), rx.data_addr()), (512, 60, frame + 512));
-    assert!(matches!(pool.skb_from_rx(frame + 512, 60), Err(AddrError::NotInFlight { .. })));
+    assert_eq!(
+        (rx.headroom(), rx.len(), rx.data_addr()),
+        (512, 60, frame + 512)
+    );
+    assert!(matches!(
+        pool.skb_from_rx(frame + 512, 60),
+        Err(AddrError::NotInFlight { .. })
+    ));
 }
 
 #[test]
@@ -326,7 +447,11 @@ fn skbs_outlive_their_handle_and_pool() {
 
 #[test]
 fn remote_free_defers_wakes_once_and_overflows() {
-    let pool = Pool::builder().frame_count(64).defer_max(8).build().unwrap();
+    let pool = Pool::builder()
+        .frame_count(64)
+        .defer_max(8)
+        .build()
+        .unwrap();
     let wakes = Arc::new(AtomicUsize::new(0));
     let w = wakes.clone();
     let mut owner = pool
@@ -342,9 +467,15 @@ fn remote_free_defers_wakes_once_and_overflows() {
     assert_eq!(wakes.load(Ordering::Relaxed), 1);
     let st = pool.owner_state(id).unwrap();
     assert!(st.claimed && st.wake_pending);
-    assert_eq!(st.deferred_count, 10, "refused frees leave the count inflated");
+    assert_eq!(
+        st.deferred_count, 10,
+        "refused frees leave the count inflated"
+    );
     let t = pool.stats().totals;
-    assert_eq!((t.remote_frees, t.deferred, t.overflow, t.wakes), (10, 7, 3, 1));
+    assert_eq!(
+        (t.remote_frees, t.deferred, t.overflow, t.wakes),
+        (10, 7, 3, 1)
+    );
 
     assert!(owner.flush_remote());
     let st = pool.owner_state(id).unwrap();
@@ -361,7 +492,11 @@ fn remote_free_defers_wakes_once_and_overflows() {
 #[test]
 fn deferral_disabled_goes_to_overflow() {
     for max in [0, 1] {
-        let pool = Pool::builder().frame_count(8).defer_max(max).build().unwrap();
+        let pool = Pool::builder()
+            .frame_count(8)
+            .defer_max(max)
+            .build()
+            .unwrap();
         let mut owner = pool.handle().unwrap();
         let skbs: Vec<_> = (0..8).map(|_| owner.alloc().unwrap()).collect();
         std::thread::spawn(move || drop(skbs)).join().unwrap();
@@ -376,7 +511,12 @@ fn deferral_disabled_goes_to_overflow() {
 
 #[test]
 fn batched_remote_frees_through_a_handle() {
-    let pool = Pool::builder().frame_count(256).defer_max(128).remote_batch(32).build().unwrap();
+    let pool = Pool::builder()
+        .frame_count(256)
+        .defer_max(128)
+        .remote_batch(32)
+        .build()
+        .unwrap();
     assert_eq!(pool.remote_batch(), 32);
     let mut owner = pool.handle().unwrap();
     let skbs: Vec<_> = (0..130).map(|_| owner.alloc().unwrap()).collect();
@@ -393,7 +533,10 @@ fn batched_remote_frees_through_a_handle() {
     let (before, after) = stats;
     // Counts 32, 64, 96 are queued; the fourth batch makes 128 ≥ defer_max and overflows, and
     // so does the last partial batch (the count stays inflated until the owner drains).
-    assert_eq!((before.remote_frees, before.deferred, before.overflow), (130, 96, 32));
+    assert_eq!(
+        (before.remote_frees, before.deferred, before.overflow),
+        (130, 96, 32)
+    );
     assert_eq!((after.deferred, after.overflow), (96, 34));
     assert_eq!(after.wakes, 1);
     drop(owner);
@@ -424,14 +567,23 @@ fn skb_is_an_intrusive_node() {
         skb.put_slice(&[i]).unwrap();
         list.push(skb).unwrap();
     }
-    let order: Vec<u8> = list.take_all().reverse().into_iter().map(|s| s.data()[0]).collect();
+    let order: Vec<u8> = list
+        .take_all()
+        .reverse()
+        .into_iter()
+        .map(|s| s.data()[0])
+        .collect();
     assert_eq!(order, (0..10).collect::<Vec<_>>());
     assert_eq!(pool.stats().free, 16);
 }
 
 #[test]
 fn owner_cache_spills_to_the_depot() {
-    let pool = Pool::builder().frame_count(512).cache_max(16).build().unwrap();
+    let pool = Pool::builder()
+        .frame_count(512)
+        .cache_max(16)
+        .build()
+        .unwrap();
     let mut a = pool.handle().unwrap();
     let skbs: Vec<_> = (0..512).map(|_| a.alloc().unwrap()).collect();
     drop(skbs); // local frees: the cache spills every time it passes 16

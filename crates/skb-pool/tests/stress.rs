@@ -40,7 +40,10 @@ fn check(skb: &Skb) -> usize {
     assert_eq!(d.len(), 64);
     let producer = u64::from_le_bytes(d[..8].try_into().unwrap()) as usize;
     let seq = u64::from_le_bytes(d[8..16].try_into().unwrap());
-    assert_eq!(u32::from_le_bytes(d[16..20].try_into().unwrap()), skb.frame_index());
+    assert_eq!(
+        u32::from_le_bytes(d[16..20].try_into().unwrap()),
+        skb.frame_index()
+    );
     assert_eq!(skb.priority(), producer as u32);
     assert_eq!(skb.flow_hash(), seq as u32);
     producer
@@ -49,12 +52,22 @@ fn check(skb: &Skb) -> usize {
 /// Every frame back, counters conserved, and a fresh owner reaches every frame.
 fn assert_full(pool: &Pool) -> PoolStats {
     let s = pool.stats();
-    assert_eq!((s.free, s.in_use, s.in_flight, s.owners), (s.frame_count, 0, 0, 0), "{s:?}");
+    assert_eq!(
+        (s.free, s.in_use, s.in_flight, s.owners),
+        (s.frame_count, 0, 0, 0),
+        "{s:?}"
+    );
     let t = s.totals;
-    assert_eq!(t.allocs, t.local_frees + t.remote_frees, "allocated = freed: {t:?}");
+    assert_eq!(
+        t.allocs,
+        t.local_frees + t.remote_frees,
+        "allocated = freed: {t:?}"
+    );
     assert_eq!(t.remote_frees, t.deferred + t.overflow, "{t:?}");
     let mut h = pool.handle().unwrap();
-    let all: Vec<_> = (0..s.frame_count).map(|_| h.alloc().expect("frame stranded")).collect();
+    let all: Vec<_> = (0..s.frame_count)
+        .map(|_| h.alloc().expect("frame stranded"))
+        .collect();
     let mut idx: Vec<u32> = all.iter().map(Skb::frame_index).collect();
     idx.sort_unstable();
     idx.dedup();
@@ -69,7 +82,12 @@ fn assert_full(pool: &Pool) -> PoolStats {
 fn producer_consumer() {
     const PRODUCERS: usize = 8;
     const PER_PRODUCER: u64 = 25_000;
-    let pool = Pool::builder().frame_count(512).defer_max(32).remote_batch(8).build().unwrap();
+    let pool = Pool::builder()
+        .frame_count(512)
+        .defer_max(32)
+        .remote_batch(8)
+        .build()
+        .unwrap();
     let queue: Arc<LList<Skb>> = Arc::new(LList::new());
     let addrs: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::new()));
     let consumed = Arc::new(AtomicUsize::new(0));
@@ -78,11 +96,13 @@ fn producer_consumer() {
     let mut producers = Vec::new();
     let mut consumers = Vec::new();
     for p in 0..PRODUCERS {
-        let (pool, queue, addrs, start) = (pool.clone(), queue.clone(), addrs.clone(), start.clone());
+        let (pool, queue, addrs, start) =
+            (pool.clone(), queue.clone(), addrs.clone(), start.clone());
         producers.push(thread::spawn(move || {
             let me = thread::current();
             let mut h = if p % 2 == 0 {
-                pool.handle_with_wake(Arc::new(move || me.unpark())).unwrap()
+                pool.handle_with_wake(Arc::new(move || me.unpark()))
+                    .unwrap()
             } else {
                 pool.handle().unwrap()
             };
@@ -115,8 +135,13 @@ fn producer_consumer() {
         }));
     }
     for c in 0..THREADS - PRODUCERS {
-        let (pool, queue, addrs, consumed, start) =
-            (pool.clone(), queue.clone(), addrs.clone(), consumed.clone(), start.clone());
+        let (pool, queue, addrs, consumed, start) = (
+            pool.clone(),
+            queue.clone(),
+            addrs.clone(),
+            consumed.clone(),
+            start.clone(),
+        );
         consumers.push(thread::spawn(move || {
             // Half the consumers batch through a handle, half free one by one without one.
             let mut h = (c % 2 == 0).then(|| pool.handle().unwrap());
@@ -137,7 +162,10 @@ fn producer_consumer() {
                 for addr in done {
                     let skb = pool.skb_from_addr(addr).expect("completion");
                     seen[check(&skb)] += 1;
-                    assert!(pool.skb_from_addr(addr).is_err(), "duplicate completion accepted");
+                    assert!(
+                        pool.skb_from_addr(addr).is_err(),
+                        "duplicate completion accepted"
+                    );
                     n += 1;
                 }
                 if let Some(h) = h.as_mut() {
@@ -161,29 +189,48 @@ fn producer_consumer() {
             *a += b;
         }
     }
-    assert_eq!(seen, [PER_PRODUCER; PRODUCERS], "every packet consumed exactly once");
+    assert_eq!(
+        seen, [PER_PRODUCER; PRODUCERS],
+        "every packet consumed exactly once"
+    );
     assert_eq!(consumed.load(Ordering::Relaxed), total);
     let s = assert_full(&pool);
     assert_eq!(s.totals.allocs, total as u64);
-    assert!(s.totals.deferred > 0 && s.totals.wakes > 0, "{:?}", s.totals);
+    assert!(
+        s.totals.deferred > 0 && s.totals.wakes > 0,
+        "{:?}",
+        s.totals
+    );
 }
 
 #[test]
 fn all_to_all() {
     const ROUNDS: usize = 2_000;
-    let pool = Pool::builder().frame_count(1024).defer_max(8).cache_max(32).build().unwrap();
+    let pool = Pool::builder()
+        .frame_count(1024)
+        .defer_max(8)
+        .cache_max(32)
+        .build()
+        .unwrap();
     let inboxes: Arc<Vec<LList<Skb>>> = Arc::new((0..THREADS).map(|_| LList::new()).collect());
     let start = Arc::new(Barrier::new(THREADS));
     let stop = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
-            let (pool, inboxes, start, stop, finished) =
-                (pool.clone(), inboxes.clone(), start.clone(), stop.clone(), finished.clone());
+            let (pool, inboxes, start, stop, finished) = (
+                pool.clone(),
+                inboxes.clone(),
+                start.clone(),
+                stop.clone(),
+                finished.clone(),
+            );
             thread::spawn(move || {
                 let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1) * 0x1234_5678);
                 let me = thread::current();
-                let mut h = pool.handle_with_wake(Arc::new(move || me.unpark())).unwrap();
+                let mut h = pool
+                    .handle_with_wake(Arc::new(move || me.unpark()))
+                    .unwrap();
                 start.wait();
                 let mut held: Vec<Skb> = Vec::new();
                 for round in 0..ROUNDS {
@@ -199,7 +246,11 @@ fn all_to_all() {
                     for skb in &mine {
                         check(skb);
                     }
-                    if round % 2 == 0 { h.free_bulk(mine) } else { drop(mine) }
+                    if round % 2 == 0 {
+                        h.free_bulk(mine)
+                    } else {
+                        drop(mine)
+                    }
                     match rng.next() % 8 {
                         0 => h.flush_frees(),
                         1 => {
@@ -209,7 +260,9 @@ fn all_to_all() {
                             // Owner churn: frames still out return through the vacant slot.
                             drop(h);
                             let me = thread::current();
-                            h = pool.handle_with_wake(Arc::new(move || me.unpark())).unwrap();
+                            h = pool
+                                .handle_with_wake(Arc::new(move || me.unpark()))
+                                .unwrap();
                         }
                         _ => {}
                     }
@@ -235,7 +288,11 @@ fn all_to_all() {
         assert!(inbox.is_empty());
     }
     let s = assert_full(&pool);
-    assert!(s.totals.remote_frees > 0 && s.totals.overflow > 0, "{:?}", s.totals);
+    assert!(
+        s.totals.remote_frees > 0 && s.totals.overflow > 0,
+        "{:?}",
+        s.totals
+    );
 }
 
 #[test]
@@ -248,7 +305,11 @@ fn conservation_mid_run() {
         let mut held = Vec::new();
         for i in 0..200 {
             let skb = h.alloc().unwrap();
-            if i % 3 == 0 { drop(skb) } else { held.push(skb) }
+            if i % 3 == 0 {
+                drop(skb)
+            } else {
+                held.push(skb)
+            }
         }
         let inflight: Vec<u64> = held.drain(..20).map(Skb::into_addr).collect();
         h.publish_stats();
@@ -258,7 +319,11 @@ fn conservation_mid_run() {
     .unwrap();
     let s = pool.stats();
     let t = s.totals;
-    assert_eq!(t.allocs, t.local_frees + t.remote_frees + s.outstanding() as u64, "{s:?}");
+    assert_eq!(
+        t.allocs,
+        t.local_frees + t.remote_frees + s.outstanding() as u64,
+        "{s:?}"
+    );
     assert_eq!((s.in_use, s.in_flight), (held.len(), inflight.len()));
     drop(held);
     for a in inflight {
