@@ -24,14 +24,13 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        10 => (0u8..12, 40usize..4000, 0u32..16, prop::option::weighted(0.3, 0u64..40_000_000))
+        200 => (0u8..12, 40usize..4000, 0u32..16, prop::option::weighted(0.3, 0u64..40_000_000))
             .prop_map(|(f, l, p, t)| Op::Enq(f, l, p, t)),
-        8 => Just(Op::Deq),
-        1 => Just(Op::Peek),
-        3 => prop_oneof![0u64..2_000_000, Just(4_000_000_000u64)].prop_map(Op::Advance),
-        1 => (0u8..4, prop::option::of(50_000u64..5_000_000)).prop_map(|(s, r)| Op::SocketCap(s, r)),
-        // rare
-        1 => (0u8..20).prop_filter_map("rare reset", |x| (x == 0).then_some(Op::Reset)),
+        160 => Just(Op::Deq),
+        20 => Just(Op::Peek),
+        60 => prop_oneof![0u64..2_000_000, Just(4_000_000_000u64)].prop_map(Op::Advance),
+        20 => (0u8..4, prop::option::of(50_000u64..5_000_000)).prop_map(|(s, r)| Op::SocketCap(s, r)),
+        1 => Just(Op::Reset),
     ]
 }
 

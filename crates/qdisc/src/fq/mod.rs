@@ -39,6 +39,9 @@ mod pacing;
 pub mod stats;
 /// Flow lookup and garbage collection.
 mod table;
+/// White-box tests of flow credit and queue structure.
+#[cfg(test)]
+mod tests;
 
 use config::{FQ_BANDS, FqConfig};
 use flow::{Flow, FlowState, NIL};
