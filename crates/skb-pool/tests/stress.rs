@@ -226,7 +226,7 @@ fn all_to_all() {
                 finished.clone(),
             );
             thread::spawn(move || {
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1) * 0x1234_5678);
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 0x1234_5678));
                 let me = thread::current();
                 let mut h = pool
                     .handle_with_wake(Arc::new(move || me.unpark()))
