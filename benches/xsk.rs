@@ -1,1 +1,331 @@
-fn main() {}
+//! Transmit to a kernel UDP socket over a veth pair: AF_XDP against what a user would pick
+//! instead, on the same link, in one run.
+//!
+//! Namespace A sends 64-byte-payload UDP/IPv4 datagrams to a kernel UDP socket in namespace B
+//! (a thread that drains it and counts what arrives). Variants:
+//!
+//! - `af_xdp`: a minimal AF_XDP loop in copy mode (veth has no zero-copy): frames pre-built in
+//!   the UMEM, descriptors put on the TX ring 64 at a time, completions reaped back onto a free
+//!   list, the kernel kicked when it asks. No pool, no qdisc.
+//! - `sendmmsg`: one `sendmmsg(2)` per 64 datagrams on a connected UDP socket.
+//! - `io_uring`: one submission of 64 `IORING_OP_SEND` per batch on a connected UDP socket.
+//!
+//! To add a variant (e.g. the full pool + `TxQueue` + qdisc pipeline) implement [`TxVariant`] and
+//! push it in `variants()`. The bench needs root for the namespaces; without it it prints a
+//! skip line and exits 0. After criterion's report it prints a table of packets/s sent, the
+//! share the receiver got, and process CPU time per packet, from a fixed 1 s run per variant.
+//!
+//! Run: `cargo bench --bench xsk`.
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use xsk_tx::netns::{self, VethPair};
+use xsk_tx::packet::UdpFlow;
+use xsk_tx::{
+    BindMode, MmapRegion, SocketConfig, UdpIoUring, UdpSendmmsg, Umem, XdpDesc, XskSocket,
+};
+
+/// UDP payload bytes per datagram.
+const PAYLOAD: usize = 64;
+/// Datagrams per batch handed to the kernel.
+const BATCH: usize = 64;
+/// Datagrams per criterion iteration.
+const PER_ITER: u64 = 4096;
+const PORT: u16 = 9300;
+
+/// One way of sending datagrams from namespace A to the receiver in B.
+trait TxVariant: Send {
+    /// Name in reports.
+    fn name(&self) -> &'static str;
+    /// Sends `n` datagrams (blocking or spinning until the kernel took them all).
+    fn send(&mut self, n: u64);
+    /// Waits until everything sent has left the sender (completions reaped, ...).
+    fn finish(&mut self) {}
+}
+
+/// The minimal AF_XDP loop.
+struct AfXdp {
+    sock: XskSocket,
+    free: Vec<u64>,
+    frame_len: u32,
+    descs: Vec<XdpDesc>,
+}
+
+impl AfXdp {
+    fn new(ifname: &str, flow: UdpFlow) -> AfXdp {
+        let frames = 4096;
+        let umem = Umem::new(MmapRegion::new(frames, 2048).expect("UMEM region"), 0).expect("UMEM");
+        let cfg = SocketConfig::new()
+            .tx_size(2048)
+            .comp_size(2048)
+            .mode(BindMode::Copy);
+        let sock = XskSocket::bind(&umem, ifname, 0, &cfg).expect("bind AF_XDP socket");
+        let payload = [0x5au8; PAYLOAD];
+        let mut frame_len = 0;
+        let free: Vec<u64> = (0..frames).map(|i| umem.frame_addr(i)).collect();
+        for &addr in &free {
+            // SAFETY: no frame is in any ring yet.
+            let buf = unsafe { umem.frame_mut(addr, 2048) }.expect("frame");
+            frame_len = flow.write(buf, &payload).expect("frame fits") as u32;
+        }
+        AfXdp {
+            sock,
+            free,
+            frame_len,
+            descs: Vec::with_capacity(BATCH),
+        }
+    }
+}
+
+impl TxVariant for AfXdp {
+    fn name(&self) -> &'static str {
+        "af_xdp"
+    }
+    fn send(&mut self, n: u64) {
+        let mut sent = 0u64;
+        while sent < n {
+            let free = &mut self.free;
+            self.sock
+                .reap_completions(256, |a| free.push(a))
+                .expect("reap");
+            let want = (BATCH as u64).min(n - sent).min(self.free.len() as u64) as usize;
+            self.descs.clear();
+            let at = self.free.len() - want;
+            self.descs.extend(
+                self.free
+                    .drain(at..)
+                    .map(|a| XdpDesc::new(a, self.frame_len)),
+            );
+            let queued = self.sock.transmit(&self.descs).expect("transmit");
+            self.free
+                .extend(self.descs[queued..].iter().map(|d| d.addr));
+            sent += queued as u64;
+        }
+    }
+    fn finish(&mut self) {
+        while self.sock.in_flight() > 0 {
+            let free = &mut self.free;
+            self.sock
+                .reap_completions(256, |a| free.push(a))
+                .expect("reap");
+        }
+    }
+}
+
+/// Plain `sendmmsg`.
+struct Sendmmsg(UdpSendmmsg);
+
+impl TxVariant for Sendmmsg {
+    fn name(&self) -> &'static str {
+        "sendmmsg"
+    }
+    fn send(&mut self, n: u64) {
+        let payload = [0x5au8; PAYLOAD];
+        let batch = [&payload[..]; BATCH];
+        let mut sent = 0u64;
+        while sent < n {
+            let k = (BATCH as u64).min(n - sent) as usize;
+            sent += self.0.send_batch(&batch[..k]).expect("sendmmsg") as u64;
+        }
+    }
+}
+
+/// io_uring `IORING_OP_SEND`.
+struct IoUringSend(UdpIoUring);
+
+impl TxVariant for IoUringSend {
+    fn name(&self) -> &'static str {
+        "io_uring"
+    }
+    fn send(&mut self, n: u64) {
+        let payload = [0x5au8; PAYLOAD];
+        let batch = [&payload[..]; BATCH];
+        let mut sent = 0u64;
+        while sent < n {
+            let k = (BATCH as u64).min(n - sent) as usize;
+            sent += self.0.send_batch(&batch[..k]).expect("io_uring send") as u64;
+        }
+    }
+}
+
+/// Every variant, created inside namespace A.
+fn variants(veth: &VethPair) -> Vec<Box<dyn TxVariant>> {
+    let flow = UdpFlow {
+        src_mac: veth.a.mac,
+        dst_mac: veth.b.mac,
+        src_ip: veth.a.ip,
+        dst_ip: veth.b.ip,
+        src_port: 40000,
+        dst_port: PORT,
+    };
+    let ifname = veth.a.ifname.clone();
+    let (from, to) = (
+        SocketAddrV4::new(veth.a.ip, 0),
+        SocketAddrV4::new(veth.b.ip, PORT),
+    );
+    veth.a
+        .ns
+        .run(move || -> Vec<Box<dyn TxVariant>> {
+            vec![
+                Box::new(AfXdp::new(&ifname, flow)),
+                Box::new(Sendmmsg(
+                    UdpSendmmsg::new(from, to).expect("sendmmsg socket"),
+                )),
+                Box::new(IoUringSend(
+                    UdpIoUring::new(from, to, BATCH as u32).expect("io_uring"),
+                )),
+            ]
+        })
+        .expect("enter namespace A")
+}
+
+/// The kernel UDP socket in namespace B, drained by a thread that counts datagrams.
+struct Receiver {
+    count: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Receiver {
+    fn start(veth: &VethPair) -> Receiver {
+        let count = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let addr = SocketAddrV4::new(veth.b.ip, PORT);
+        let (c, s) = (count.clone(), stop.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = veth.b.ns.spawn(move || {
+            let sock = UdpSocket::bind(addr).expect("bind receiver");
+            let bytes: i32 = 64 << 20;
+            // SAFETY: setsockopt with a valid int option.
+            unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    (&bytes as *const i32).cast(),
+                    4,
+                )
+            };
+            sock.set_read_timeout(Some(Duration::from_millis(50)))
+                .expect("timeout");
+            ready_tx.send(()).expect("ready");
+            let mut buf = [0u8; 2048];
+            while !s.load(Ordering::Relaxed) {
+                if sock.recv(&mut buf).is_ok() {
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        ready_rx.recv().expect("receiver started");
+        Receiver {
+            count,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Waits until the count stops moving; returns it.
+    fn settle(&self) -> u64 {
+        let mut last = self.count.load(Ordering::Relaxed);
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = self.count.load(Ordering::Relaxed);
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn process_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid clock id and out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn main() {
+    if let Err(reason) = netns::available() {
+        println!("SKIPPED: bench xsk: {reason} (needs root and iproute2 for a veth pair)");
+        return;
+    }
+    let veth = match VethPair::create(1) {
+        Ok(v) => v,
+        Err(e) => {
+            println!("SKIPPED: bench xsk: cannot create namespaces/veth: {e}");
+            return;
+        }
+    };
+    let receiver = Receiver::start(&veth);
+    let mut variants = variants(&veth);
+
+    let mut c = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    {
+        let mut g = c.benchmark_group(format!("xsk_tx_udp_{PAYLOAD}B"));
+        g.throughput(Throughput::Elements(PER_ITER));
+        for v in variants.iter_mut() {
+            g.bench_function(v.name(), |b| {
+                b.iter_custom(|iters| {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        v.send(PER_ITER);
+                    }
+                    v.finish();
+                    start.elapsed()
+                })
+            });
+        }
+        g.finish();
+    }
+    c.final_summary();
+
+    println!("\nveth copy mode, {PAYLOAD}-byte UDP payloads, 1 s per variant:");
+    println!(
+        "{:<10} {:>10} {:>10} {:>14}",
+        "variant", "sent Mpps", "received", "CPU ns/pkt"
+    );
+    for v in variants.iter_mut() {
+        let before = receiver.settle();
+        let (cpu0, t0) = (process_cpu(), Instant::now());
+        let mut sent = 0u64;
+        while t0.elapsed() < Duration::from_secs(1) {
+            v.send(PER_ITER);
+            sent += PER_ITER;
+        }
+        v.finish();
+        let (cpu, wall) = (process_cpu() - cpu0, t0.elapsed());
+        let got = receiver.settle() - before;
+        println!(
+            "{:<10} {:>10.3} {:>9.1}% {:>14.0}",
+            v.name(),
+            sent as f64 / wall.as_secs_f64() / 1e6,
+            100.0 * got as f64 / sent as f64,
+            cpu.as_nanos() as f64 / sent as f64,
+        );
+    }
+    drop(variants);
+    drop(receiver);
+}

@@ -374,8 +374,20 @@ pub(crate) mod sim {
 mod tests {
     use super::sim::pair;
 
+    /// Runs `f` as a loom model under `--cfg lockless_loom`, directly otherwise.
+    fn model(f: impl Fn() + Send + Sync + 'static) {
+        #[cfg(lockless_loom)]
+        loom::model(f);
+        #[cfg(not(lockless_loom))]
+        f();
+    }
+
     #[test]
     fn single_thread_round_trip() {
+        model(single_thread_round_trip_body);
+    }
+
+    fn single_thread_round_trip_body() {
         let (mut p, mut c) = pair::<u64>(4, u32::MAX - 1);
         assert_eq!(p.produce(&[1, 2, 3, 4, 5]), 4);
         let mut got = Vec::new();
@@ -388,6 +400,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(lockless_loom))]
     #[should_panic(expected = "not reserved")]
     fn writing_an_unreserved_slot_panics() {
         let (mut p, _c) = pair::<u64>(4, 0);
@@ -396,6 +409,10 @@ mod tests {
 
     #[test]
     fn cancel_gives_back_reservations() {
+        model(cancel_gives_back_reservations_body);
+    }
+
+    fn cancel_gives_back_reservations_body() {
         let (mut p, mut c) = pair::<u64>(4, 0);
         let idx = p.reserve(3).unwrap();
         p.write(idx, 9);
@@ -406,6 +423,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(lockless_loom))]
     fn two_threads_transfer_in_order() {
         let (mut p, mut c) = pair::<u64>(8, u32::MAX - 3);
         const N: u64 = 100_000;
