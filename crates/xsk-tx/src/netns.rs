@@ -1,7 +1,7 @@
 //! Test harness: private network namespaces joined by a veth pair, so AF_XDP tests and benches
 //! send real packets without touching any other interface.
 //!
-//! [`VethPair::create`] makes two namespaces with names unique to this process (prefix, pid,
+//! [`VethPair::create`](crate::netns::VethPair::create) makes two namespaces with names unique to this process (prefix, pid,
 //! counter), a veth pair with explicit queue counts across them (`ip link add ... numtxqueues
 //! N numrxqueues N type veth peer ...`), fixed MACs and addresses, permanent neighbour
 //! entries (an XDP program that redirects every packet would swallow ARP) and IPv6 off (no
@@ -10,10 +10,10 @@
 //! are removed on the next run.
 //!
 //! Code runs inside a namespace on a dedicated thread that `setns`es into it
-//! ([`NetNs::run`], [`NetNs::spawn`]); the test's other threads stay where they were. Sockets
+//! ([`NetNs::run`](crate::netns::NetNs::run), [`NetNs::spawn`](crate::netns::NetNs::spawn)); the test's other threads stay where they were. Sockets
 //! keep the namespace they were created in, so they may be used from any thread afterwards.
 //!
-//! [`veth_or_skip`] is the entry point for tests: it returns `None` with a visible `SKIPPED:`
+//! [`veth_or_skip`](crate::netns::veth_or_skip) is the entry point for tests: it returns `None` with a visible `SKIPPED:`
 //! line when the machine cannot run them (not root, no `ip`), and fails instead when
 //! `LOCKLESS_XMIT_REQUIRE_NETNS=1` is set, as in CI.
 
@@ -68,7 +68,10 @@ pub fn skip(test: &str, reason: &str) {
     if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
         panic!("{test}: cannot run: {reason}, and {REQUIRE_ENV}=1 forbids skipping");
     }
-    eprintln!("SKIPPED: {test}: {reason} (needs root and iproute2)");
+    // Straight to the stderr handle, not `eprintln!`: the test harness captures the macros'
+    // output of passing tests, and a skip must be seen.
+    let line = format!("SKIPPED: {test}: {reason} (needs root and iproute2)\n");
+    let _ = io::Write::write_all(&mut io::stderr(), line.as_bytes());
 }
 
 /// A veth pair for `test`, or `None` after reporting a skip (see [`skip`]).

@@ -61,6 +61,7 @@ pub(crate) struct Slot<T>(loom::cell::UnsafeCell<T>);
 #[cfg(lockless_loom)]
 impl<T: Copy> Slot<T> {
     /// A slot holding `value` (simulated rings only).
+    #[cfg(test)]
     pub(crate) fn new(value: T) -> Self {
         Slot(loom::cell::UnsafeCell::new(value))
     }
