@@ -7,6 +7,8 @@
 //! - `af_xdp`: a minimal AF_XDP loop in copy mode (veth has no zero-copy): frames pre-built in
 //!   the UMEM, descriptors put on the TX ring 64 at a time, completions reaped back onto a free
 //!   list, the kernel kicked when it asks. No pool, no qdisc.
+//! - `af_xdp_b256`: the same with `XDP_MAX_TX_SKB_BUDGET` 256 (one kick sends up to 256 frames
+//!   instead of 32), on the veth's second queue.
 //! - `sendmmsg`: one `sendmmsg(2)` per 64 datagrams on a connected UDP socket.
 //! - `io_uring`: one submission of 64 `IORING_OP_SEND` per batch on a connected UDP socket.
 //!
@@ -51,6 +53,7 @@ trait TxVariant: Send {
 
 /// The minimal AF_XDP loop.
 struct AfXdp {
+    name: &'static str,
     sock: XskSocket,
     free: Vec<u64>,
     frame_len: u32,
@@ -58,14 +61,17 @@ struct AfXdp {
 }
 
 impl AfXdp {
-    fn new(ifname: &str, flow: UdpFlow) -> AfXdp {
+    fn new(name: &'static str, ifname: &str, queue: u32, budget: u32, flow: UdpFlow) -> AfXdp {
         let frames = 4096;
         let umem = Umem::new(MmapRegion::new(frames, 2048).expect("UMEM region"), 0).expect("UMEM");
         let cfg = SocketConfig::new()
             .tx_size(2048)
             .comp_size(2048)
             .mode(BindMode::Copy);
-        let sock = XskSocket::bind(&umem, ifname, 0, &cfg).expect("bind AF_XDP socket");
+        let sock = XskSocket::bind(&umem, ifname, queue, &cfg).expect("bind AF_XDP socket");
+        if budget != 32 {
+            sock.set_tx_budget(budget).expect("XDP_MAX_TX_SKB_BUDGET");
+        }
         let payload = [0x5au8; PAYLOAD];
         let mut frame_len = 0;
         let free: Vec<u64> = (0..frames).map(|i| umem.frame_addr(i)).collect();
@@ -75,6 +81,7 @@ impl AfXdp {
             frame_len = flow.write(buf, &payload).expect("frame fits") as u32;
         }
         AfXdp {
+            name,
             sock,
             free,
             frame_len,
@@ -85,7 +92,7 @@ impl AfXdp {
 
 impl TxVariant for AfXdp {
     fn name(&self) -> &'static str {
-        "af_xdp"
+        self.name
     }
     fn send(&mut self, n: u64) {
         let mut sent = 0u64;
@@ -173,7 +180,8 @@ fn variants(veth: &VethPair) -> Vec<Box<dyn TxVariant>> {
         .ns
         .run(move || -> Vec<Box<dyn TxVariant>> {
             vec![
-                Box::new(AfXdp::new(&ifname, flow)),
+                Box::new(AfXdp::new("af_xdp", &ifname, 0, 32, flow)),
+                Box::new(AfXdp::new("af_xdp_b256", &ifname, 1, 256, flow)),
                 Box::new(Sendmmsg(
                     UdpSendmmsg::new(from, to).expect("sendmmsg socket"),
                 )),
@@ -268,7 +276,7 @@ fn main() {
         println!("SKIPPED: bench xsk: {reason} (needs root and iproute2 for a veth pair)");
         return;
     }
-    let veth = match VethPair::create(1) {
+    let veth = match VethPair::create(2) {
         Ok(v) => v,
         Err(e) => {
             println!("SKIPPED: bench xsk: cannot create namespaces/veth: {e}");
@@ -319,7 +327,7 @@ fn main() {
         let (cpu, wall) = (process_cpu() - cpu0, t0.elapsed());
         let got = receiver.settle() - before;
         println!(
-            "{:<10} {:>10.3} {:>9.1}% {:>14.0}",
+            "{:<12} {:>10.3} {:>9.1}% {:>14.0}",
             v.name(),
             sent as f64 / wall.as_secs_f64() / 1e6,
             100.0 * got as f64 / sent as f64,

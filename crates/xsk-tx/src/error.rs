@@ -70,6 +70,13 @@ pub enum Error {
         /// The size asked for.
         size: u32,
     },
+    /// A copy-mode TX budget outside what the kernel accepts.
+    BadTxBudget {
+        /// The budget asked for.
+        budget: u32,
+        /// The largest accepted: the TX ring size.
+        max: u32,
+    },
     /// The UMEM geometry is invalid.
     BadUmem {
         /// Why, and what is accepted.
@@ -97,6 +104,9 @@ pub enum Error {
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Smallest `XDP_MAX_TX_SKB_BUDGET` the kernel accepts (its default).
+pub(crate) const MIN_TX_BUDGET: u32 = 32;
 
 /// Privileges for AF_XDP sockets.
 pub(crate) const NEEDS_XSK: &str = "root, or CAP_NET_RAW and CAP_NET_ADMIN (plus CAP_IPC_LOCK \
@@ -175,6 +185,11 @@ impl fmt::Display for Error {
                 f,
                 "{ring} ring size {size} is invalid: it must be a non-zero power of two \
                  (e.g. 2048)"
+            ),
+            Error::BadTxBudget { budget, max } => write!(
+                f,
+                "TX budget {budget} is out of range: the kernel accepts {MIN_TX_BUDGET} to the TX \
+                 ring size {max}"
             ),
             Error::BadUmem { reason } => write!(f, "invalid UMEM: {reason}"),
             Error::NoRing { ring } => write!(

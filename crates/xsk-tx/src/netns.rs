@@ -1,21 +1,27 @@
 //! Test harness: private network namespaces joined by a veth pair, so AF_XDP tests and benches
 //! send real packets without touching any other interface.
 //!
-//! [`VethPair::create`](crate::netns::VethPair::create) makes two namespaces with names unique to this process (prefix, pid,
-//! counter), a veth pair with explicit queue counts across them (`ip link add ... numtxqueues
-//! N numrxqueues N type veth peer ...`), fixed MACs and addresses, permanent neighbour
-//! entries (an XDP program that redirects every packet would swallow ARP) and IPv6 off (no
-//! stray router solicitations). Dropping it deletes both namespaces, which destroys the veth —
-//! also on panic, since `Drop` runs while unwinding. Namespaces left by a killed run (dead pid)
-//! are removed on the next run.
+//! [`VethPair::create`][create] makes two namespaces with names unique to this process (prefix,
+//! pid, counter), a veth pair with explicit queue counts across them (`ip link add ...
+//! numtxqueues N numrxqueues N type veth peer ...`), fixed MACs and addresses, permanent
+//! neighbour entries (an XDP program that redirects every packet would swallow ARP) and IPv6
+//! off (no stray router solicitations). Dropping it deletes both namespaces, which destroys the
+//! veth — also on panic, since `Drop` runs while unwinding. Namespaces left by a killed run
+//! (dead pid) are removed on the next run.
 //!
 //! Code runs inside a namespace on a dedicated thread that `setns`es into it
-//! ([`NetNs::run`](crate::netns::NetNs::run), [`NetNs::spawn`](crate::netns::NetNs::spawn)); the test's other threads stay where they were. Sockets
-//! keep the namespace they were created in, so they may be used from any thread afterwards.
+//! ([`NetNs::run`][run], [`NetNs::spawn`][spawn]); the test's other threads stay where they
+//! were. Sockets keep the namespace they were created in, so they may be used from any thread
+//! afterwards.
 //!
-//! [`veth_or_skip`](crate::netns::veth_or_skip) is the entry point for tests: it returns `None` with a visible `SKIPPED:`
-//! line when the machine cannot run them (not root, no `ip`), and fails instead when
+//! [`veth_or_skip`][skip] is the entry point for tests: it returns `None` with a visible
+//! `SKIPPED:` line when the machine cannot run them (not root, no `ip`), and fails instead when
 //! `LOCKLESS_XMIT_REQUIRE_NETNS=1` is set, as in CI.
+//!
+//! [create]: crate::netns::VethPair::create
+//! [run]: crate::netns::NetNs::run
+//! [spawn]: crate::netns::NetNs::spawn
+//! [skip]: crate::netns::veth_or_skip
 
 use std::fs::File;
 use std::io;

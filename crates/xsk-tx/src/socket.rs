@@ -12,7 +12,7 @@ use std::fmt;
 use std::mem::size_of;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use crate::error::{Error, NEEDS_XSK, Result};
+use crate::error::{Error, MIN_TX_BUDGET, NEEDS_XSK, Result};
 use crate::ring::{ConsRing, ProdRing, RingParts};
 use crate::sync::AtomicU32;
 use crate::sys;
@@ -20,6 +20,8 @@ use crate::umem::{OwnerState, Umem, socket_error};
 
 /// Ethernet header length: the part of a frame the MTU does not count.
 const ETH_HLEN: u32 = 14;
+/// `XDP_MAX_TX_SKB_BUDGET` of `if_xdp.h` (Linux 6.17): frames one copy-mode kick may send.
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
 
 /// One packet descriptor of the TX and RX rings (`struct xdp_desc`): `len` bytes at UMEM offset
 /// `addr`.
@@ -646,6 +648,36 @@ impl XskSocket {
             source: e,
         })?;
         Ok(rev & libc::POLLIN != 0)
+    }
+
+    /// Sets how many frames one kick may send in copy mode (`XDP_MAX_TX_SKB_BUDGET`, Linux
+    /// 6.17; the default is 32, the TX ring size the maximum). Larger budgets mean fewer
+    /// `sendto` calls per packet.
+    pub fn set_tx_budget(&self, budget: u32) -> Result<()> {
+        let max = self.tx.as_ref().ok_or(Error::NoRing { ring: "TX" })?.size();
+        if !(MIN_TX_BUDGET..=max).contains(&budget) {
+            return Err(Error::BadTxBudget { budget, max });
+        }
+        sys::setsockopt(self.as_fd(), libc::SOL_XDP, XDP_MAX_TX_SKB_BUDGET, &budget).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::ENOPROTOOPT) => Error::KernelTooOld {
+                    what: "XDP_MAX_TX_SKB_BUDGET (Linux 6.17)",
+                    source: e,
+                },
+                // The kernel answers EACCES for an out-of-range budget.
+                Some(libc::EACCES | libc::EINVAL) => Error::BadTxBudget { budget, max },
+                _ => Error::Io {
+                    op: "setsockopt(XDP_MAX_TX_SKB_BUDGET)",
+                    source: e,
+                },
+            }
+        })
+    }
+
+    /// Whether the kernel currently asks for a kick on the TX ring (`XDP_RING_NEED_WAKEUP`).
+    /// In copy mode it always does.
+    pub fn tx_needs_wakeup(&self) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.needs_wakeup())
     }
 
     /// The kernel's counters for this socket.

@@ -160,6 +160,16 @@ fn typed_errors_on_a_real_veth() {
             assert!(matches!(e, Error::BadAddress { .. }), "{e}");
             assert_eq!(sock.in_flight(), 0, "a failed call queues nothing");
 
+            // Copy-mode TX budget: 32 up to the TX ring size.
+            for bad in [0, 31, 4097] {
+                let e = sock.set_tx_budget(bad).unwrap_err();
+                assert!(matches!(e, Error::BadTxBudget { max: 2048, .. }), "{e}");
+            }
+            match sock.set_tx_budget(256) {
+                Ok(()) | Err(Error::KernelTooOld { .. }) => {}
+                Err(e) => panic!("budget 256: {e}"),
+            }
+
             // No RX ring configured.
             let e = sock.receive(1, |_| {}).unwrap_err();
             assert!(matches!(e, Error::NoRing { ring: "RX" }), "{e}");

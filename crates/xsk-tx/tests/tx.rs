@@ -49,6 +49,14 @@ fn transmits_100k_frames_to_a_kernel_udp_socket() {
                 .comp_size(2048)
                 .mode(BindMode::Auto);
             let mut sock = XskSocket::bind(&umem, &ifname, 0, &cfg).unwrap();
+            // Copy mode asks for a kick on every check (DESIGN.md).
+            assert!(sock.tx_needs_wakeup());
+            let budget = std::env::var("XSK_TX_BUDGET")
+                .ok()
+                .and_then(|b| b.parse().ok());
+            if let Some(b) = budget {
+                sock.set_tx_budget(b).unwrap();
+            }
             let mut free = FreeFrames::new((0..umem.frame_count()).map(|i| umem.frame_addr(i)));
             let mut payload = vec![0u8; 2048];
             let mut descs = Vec::with_capacity(64);
