@@ -62,7 +62,7 @@ mod xdp;
 pub use error::{Error, Result};
 pub use ring::{ConsRing, ProdRing};
 #[cfg(not(lockless_loom))]
-pub use socket::{BindMode, SocketConfig, XdpDesc, XdpMode, XdpStatistics, XskSocket};
+pub use socket::{BindMode, SocketConfig, XdpDesc, XdpMode, XdpStatistics, XskSocket, queue_count};
 #[cfg(not(lockless_loom))]
 pub use udp::{UdpIoUring, UdpSendmmsg};
 #[cfg(not(lockless_loom))]

@@ -42,9 +42,25 @@ pub const PREFIX: &str = "lxx-";
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 static REAP: Once = Once::new();
 
+/// The `ip` binary: from `PATH`, or iproute2's usual places when `PATH` lacks the sbin dirs.
+fn ip_binary() -> &'static str {
+    static IP: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    IP.get_or_init(|| {
+        ["ip", "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+            .into_iter()
+            .find(|p| {
+                Command::new(p)
+                    .arg("-V")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            })
+            .unwrap_or("ip")
+    })
+}
+
 /// Runs `ip ARGS`, failing with its stderr.
 pub fn ip(args: &[&str]) -> io::Result<()> {
-    let out = Command::new("ip").args(args).output()?;
+    let out = Command::new(ip_binary()).args(args).output()?;
     if out.status.success() {
         Ok(())
     } else {
@@ -62,7 +78,7 @@ pub fn available() -> Result<(), String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("not running as root".into());
     }
-    match Command::new("ip").arg("-V").output() {
+    match Command::new(ip_binary()).arg("-V").output() {
         Ok(o) if o.status.success() => Ok(()),
         _ => Err("the `ip` command (iproute2) is not installed".into()),
     }

@@ -181,6 +181,10 @@ enum SockFd {
 }
 
 /// An AF_XDP socket bound to one queue of one interface.
+///
+/// `Send`: create it inside the interface's network namespace, then use it from any thread.
+/// The UMEM's own socket stays open (and bound) until the [`Umem`] itself is dropped, since
+/// sockets sharing the UMEM refer to it.
 pub struct XskSocket {
     // Rings first: they are unmapped before the descriptor closes.
     tx: Option<ProdRing<XdpDesc>>,
@@ -332,7 +336,39 @@ fn lookup(ifname: &str) -> Result<(u32, Option<u32>, u32)> {
     Ok((ifindex, queues, mtu))
 }
 
+/// Number of queues of `ifname` (the larger of its RX and TX counts, from ethtool's
+/// `ETHTOOL_GCHANNELS`), in the calling thread's network namespace.
+pub fn queue_count(ifname: &str) -> Result<u32> {
+    sys::if_nametoindex(ifname).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODEV | libc::ENXIO) => Error::NoSuchInterface {
+            name: ifname.to_owned(),
+        },
+        _ => Error::Io {
+            op: "if_nametoindex",
+            source: e,
+        },
+    })?;
+    let (rx, tx) = sys::if_channels(ifname).map_err(|e| Error::Io {
+        op: "ioctl(ETHTOOL_GCHANNELS)",
+        source: e,
+    })?;
+    Ok(rx.max(tx))
+}
+
 impl XskSocket {
+    /// Binds one socket per queue in `queues` of `ifname`, all sharing `umem`: the first one
+    /// (if the UMEM is fresh) owns it, the others share it.
+    pub fn bind_queues(
+        umem: &Umem,
+        ifname: &str,
+        queues: std::ops::Range<u32>,
+        cfg: &SocketConfig,
+    ) -> Result<Vec<XskSocket>> {
+        queues
+            .map(|q| XskSocket::bind(umem, ifname, q, cfg))
+            .collect()
+    }
+
     /// Creates a socket on queue `queue` of `ifname` with `umem` and binds it.
     ///
     /// The first socket bound with a UMEM uses the UMEM's own socket; later ones share it

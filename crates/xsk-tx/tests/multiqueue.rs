@@ -89,9 +89,8 @@ fn one_socket_per_queue_with_shared_umem() {
                 .comp_size(1024)
                 .rx_size(1024)
                 .fill_size(1024);
-            let mut socks: Vec<XskSocket> = (0..QUEUES)
-                .map(|q| XskSocket::bind(&umem, &ifname, q, &cfg).unwrap())
-                .collect();
+            let mut socks = XskSocket::bind_queues(&umem, &ifname, 0..QUEUES, &cfg).unwrap();
+            assert_eq!(xsk_tx::queue_count(&ifname).unwrap(), QUEUES);
             assert!(!socks[0].is_shared());
             assert!(socks[1..].iter().all(|s| s.is_shared()));
             let prog = XdpRedirect::attach(&ifname, AttachMode::Native, QUEUES).unwrap();
