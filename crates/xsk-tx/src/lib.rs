@@ -10,14 +10,24 @@
 //! interfaces without AF_XDP.
 //!
 //! ```no_run
+//! use std::net::Ipv4Addr;
+//! use xsk_tx::packet::UdpFlow;
 //! use xsk_tx::{MmapRegion, SocketConfig, Umem, XdpDesc, XskSocket};
 //!
 //! let umem = Umem::new(MmapRegion::new(4096, 2048)?, 0)?;
 //! let mut sock = XskSocket::bind(&umem, "eth0", 0, &SocketConfig::new())?;
+//! let flow = UdpFlow {
+//!     src_mac: [0x02, 0, 0, 0, 0, 1],
+//!     dst_mac: [0x02, 0, 0, 0, 0, 2],
+//!     src_ip: Ipv4Addr::new(10, 0, 0, 1),
+//!     dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+//!     src_port: 4000,
+//!     dst_port: 5000,
+//! };
 //! // SAFETY: frame 0 is in no ring yet, and nothing else refers to it.
-//! let frame = unsafe { umem.frame_mut(0, 60)? };
-//! frame.fill(0xff); // a real caller writes Ethernet/IPv4/UDP headers here (see `packet`)
-//! sock.transmit(&[XdpDesc::new(0, 60)])?;
+//! let frame = unsafe { umem.frame_mut(0, umem.frame_size())? };
+//! let len = flow.write(frame, b"hello").expect("fits in a frame");
+//! sock.transmit(&[XdpDesc::new(0, len as u32)])?;
 //! while sock.in_flight() > 0 {
 //!     sock.reap_completions(64, |addr| assert_eq!(addr, 0))?;
 //! }

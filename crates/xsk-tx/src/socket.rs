@@ -398,7 +398,22 @@ impl XskSocket {
         let mut owner = umem.inner.owner.lock().unwrap_or_else(|p| p.into_inner());
         let (fd, shared) = match *owner {
             OwnerState::Free => (SockFd::Umem, false),
-            OwnerState::Bound => (SockFd::Own(sys::xdp_socket().map_err(socket_error)?), true),
+            OwnerState::Bound {
+                ifindex: i,
+                queue: q,
+            } if (i, q) == (ifindex, queue) => {
+                // The kernel would share the owner's fill and completion rings here, which
+                // this API does not model: one socket per queue.
+                return Err(Error::Busy {
+                    what: format!(
+                        "queue {queue} of {ifname} is already bound by this UMEM's own socket; \
+                         bind one socket per queue"
+                    ),
+                });
+            }
+            OwnerState::Bound { .. } => {
+                (SockFd::Own(sys::xdp_socket().map_err(socket_error)?), true)
+            }
             OwnerState::Spent => {
                 return Err(Error::Busy {
                     what: "this UMEM's own socket failed to bind earlier and cannot be bound \
@@ -473,7 +488,7 @@ impl XskSocket {
             });
         }
         if !shared {
-            *owner = OwnerState::Bound;
+            *owner = OwnerState::Bound { ifindex, queue };
         }
         drop(owner);
         let (opts, _) = sys::getsockopt::<libc::xdp_options>(raw, libc::SOL_XDP, libc::XDP_OPTIONS)
@@ -486,6 +501,12 @@ impl XskSocket {
         } else {
             XdpMode::Copy
         };
+        if cfg.mode == BindMode::ZeroCopy && mode == XdpMode::Copy {
+            // A shared socket inherits the UMEM owner's copy mode.
+            return Err(Error::ZeroCopyUnsupported {
+                ifname: ifname.to_owned(),
+            });
+        }
         // Shared sockets inherit need_wakeup from the UMEM's socket; a set flag on the fill
         // ring is how the kernel shows it, but reading it is racy, so assume it is on when the
         // config asks: kicking when not needed is harmless.

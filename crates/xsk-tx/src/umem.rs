@@ -106,8 +106,13 @@ fn check_frame_size(frame_size: u32) -> Result<()> {
 pub(crate) enum OwnerState {
     /// Not bound yet: the next socket bound with this UMEM is this one.
     Free,
-    /// Bound: later sockets share the UMEM through it.
-    Bound,
+    /// Bound to `(ifindex, queue)`: later sockets share the UMEM through it.
+    Bound {
+        /// Interface index it is bound to.
+        ifindex: u32,
+        /// Queue it is bound to.
+        queue: u32,
+    },
     /// A bind on it failed after its rings were created; it cannot be bound again.
     Spent,
 }
@@ -259,6 +264,11 @@ impl Umem {
     /// The file descriptor of the socket the UMEM is registered on.
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.fd.as_fd()
+    }
+
+    /// Start of the frame holding `addr` (RX descriptors point past the headroom).
+    pub fn frame_start(&self, addr: u64) -> u64 {
+        addr - addr % u64::from(self.inner.frame_size)
     }
 
     /// Checks that `len` bytes at `addr` lie inside one frame; returns the byte offset.

@@ -112,6 +112,10 @@ fn typed_errors_on_a_real_veth() {
             assert_eq!(sock.mode(), XdpMode::Copy);
             assert_eq!(sock.mtu(), 1500);
 
+            // The same UMEM on the same queue again: one socket per queue.
+            let e = XskSocket::bind(&umem, &ifname, 0, &cfg).unwrap_err();
+            assert!(matches!(e, Error::Busy { .. }), "{e}");
+
             // Another UMEM on the same queue: busy.
             let other = Umem::new(MmapRegion::new(64, 2048).unwrap(), 0).unwrap();
             let e = XskSocket::bind(&other, &ifname, 0, &cfg).unwrap_err();

@@ -84,7 +84,7 @@ fn receive_on(mode: AttachMode, test: &str) {
                 back.clear();
                 sock.receive(64, |d| back.push(d)).unwrap();
                 for d in &back {
-                    let frame_addr = d.addr - d.addr % u64::from(umem.frame_size());
+                    let frame_addr = umem.frame_start(d.addr);
                     assert!(
                         in_kernel.remove(&frame_addr),
                         "frame {frame_addr:#x} returned twice"
