@@ -312,7 +312,7 @@ fn main() {
 
     println!("\nveth copy mode, {PAYLOAD}-byte UDP payloads, 1 s per variant:");
     println!(
-        "{:<10} {:>10} {:>10} {:>14}",
+        "{:<12} {:>10} {:>10} {:>14}",
         "variant", "sent Mpps", "received", "CPU ns/pkt"
     );
     for v in variants.iter_mut() {
