@@ -13,8 +13,8 @@
 //!   bounded `ArrayQueue` of pointers (256 slots, the same for every strategy) to one consumer,
 //!   which reads the 64 bytes and frees the buffer. A full or empty queue makes the thread back
 //!   off (spin, then yield), as does an exhausted pool.
-//! - `local/P`: P threads each allocate 32 buffers, write 64 bytes into each, then read and free
-//!   them, in a loop.
+//! - `local/P`: P threads each allocate 32 buffers, then free them, in a loop (the buffers are
+//!   not touched: this measures the allocator alone).
 //!
 //! Threads start on a `Barrier`; each measurement is timed with `iter_custom` and its CPU time
 //! is read with `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`. After criterion's own report, a table
@@ -44,6 +44,7 @@ static GLOBAL: System = System;
 const BUF: usize = 2048;
 const WRITE: usize = 64;
 const POOL_FRAMES: usize = 4096;
+/// Slots of the producer→consumer queue; `SKB_BENCH_QUEUE` overrides it.
 const QUEUE_SLOTS: usize = 256;
 const LOCAL_BATCH: usize = 32;
 const PRODUCERS: [usize; 4] = [1, 2, 4, 8];
@@ -58,14 +59,24 @@ trait Strategy: Send + Sync + 'static {
     fn produce(&self, l: &mut Self::Local, v: u8) -> usize;
     /// Reads the `WRITE` bytes and frees the buffer.
     fn consume(&self, l: &mut Self::Local, token: usize) -> u64;
+    /// Allocates a buffer without touching it (the `local` pattern).
+    fn alloc(&self, l: &mut Self::Local) -> usize;
+    /// Frees a buffer without touching it (the `local` pattern).
+    fn free(&self, l: &mut Self::Local, token: usize);
+    /// Called while a thread backs off (queue full or empty, pool exhausted): the owner's poll
+    /// loop. Only our pool has work here (draining its defer list, pushing its free batches).
+    #[inline]
+    fn idle(&self, _l: &mut Self::Local) {}
     /// (remote frees, overflows) so far, for strategies that have them.
     fn remote_stats(&self) -> (u64, u64) {
         (0, 0)
     }
 }
 
+/// Reads the `WRITE` bytes a producer wrote (a fixed length, so every strategy's read
+/// compiles to the same vectorised loop).
 #[inline]
-fn sum(bytes: &[u8]) -> u64 {
+fn sum(bytes: &[u8; WRITE]) -> u64 {
     bytes.iter().map(|&b| u64::from(b)).sum()
 }
 
@@ -96,12 +107,36 @@ impl Strategy for SkbPool {
     fn consume(&self, _h: &mut PoolHandle, token: usize) -> u64 {
         // SAFETY: the token came from `into_link` of an Skb, handed over exactly once.
         let skb = unsafe { Skb::from_link(NonNull::new_unchecked(token as *mut Link)) };
-        let s = sum(skb.data());
+        let s = sum(skb.data()[..WRITE].try_into().expect("64 bytes"));
         drop(skb); // local free, or batched remote free through this thread's handle
         s
     }
+    #[inline]
+    fn alloc(&self, h: &mut PoolHandle) -> usize {
+        let backoff = Backoff::new();
+        loop {
+            match h.alloc() {
+                Ok(s) => return s.into_link().as_ptr() as usize,
+                Err(_) => {
+                    h.flush_remote();
+                    backoff.snooze();
+                }
+            }
+        }
+    }
+    #[inline]
+    fn free(&self, _h: &mut PoolHandle, token: usize) {
+        // SAFETY: the token came from `into_link` of an Skb, handed over exactly once.
+        drop(unsafe { Skb::from_link(NonNull::new_unchecked(token as *mut Link)) });
+    }
+    #[inline]
+    fn idle(&self, h: &mut PoolHandle) {
+        h.flush_remote();
+        h.flush_frees();
+    }
     fn remote_stats(&self) -> (u64, u64) {
         let t = self.0.stats().totals;
+
         (t.remote_frees, t.overflow)
     }
 }
@@ -121,7 +156,7 @@ fn write_raw(p: *mut u8, v: u8) {
 #[inline]
 fn read_raw(p: *const u8) -> u64 {
     // SAFETY: `p` is a live buffer whose first WRITE bytes were written by the producer.
-    sum(unsafe { std::slice::from_raw_parts(p, WRITE) })
+    sum(unsafe { &*p.cast::<[u8; WRITE]>() })
 }
 
 struct BoxSystem;
@@ -129,6 +164,15 @@ impl Strategy for BoxSystem {
     const NAME: &'static str = "box_system";
     type Local = ();
     fn local(&self) {}
+    #[inline]
+    fn alloc(&self, _: &mut ()) -> usize {
+        Box::into_raw(Box::<[u8; BUF]>::new_uninit()) as usize
+    }
+    #[inline]
+    fn free(&self, _: &mut (), token: usize) {
+        // SAFETY: the token is a `Box<MaybeUninit<[u8; BUF]>>` from `alloc`, freed once.
+        drop(unsafe { Box::from_raw(token as *mut std::mem::MaybeUninit<[u8; BUF]>) });
+    }
     #[inline]
     fn produce(&self, _: &mut (), v: u8) -> usize {
         let mut b = Box::<[u8; BUF]>::new_uninit();
@@ -149,6 +193,18 @@ impl Strategy for Mimalloc {
     const NAME: &'static str = "mimalloc";
     type Local = ();
     fn local(&self) {}
+    #[inline]
+    fn alloc(&self, _: &mut ()) -> usize {
+        // SAFETY: LAYOUT has a non-zero size.
+        let p = unsafe { GlobalAlloc::alloc(&MiMalloc, LAYOUT) };
+        assert!(!p.is_null());
+        p as usize
+    }
+    #[inline]
+    fn free(&self, _: &mut (), token: usize) {
+        // SAFETY: allocated by MiMalloc with LAYOUT in `alloc`, freed once.
+        unsafe { GlobalAlloc::dealloc(&MiMalloc, token as *mut u8, LAYOUT) };
+    }
     #[inline]
     fn produce(&self, _: &mut (), v: u8) -> usize {
         // SAFETY: LAYOUT has a non-zero size.
@@ -190,6 +246,20 @@ impl Strategy for ArrayQueuePool {
     type Local = ();
     fn local(&self) {}
     #[inline]
+    fn alloc(&self, _: &mut ()) -> usize {
+        let backoff = Backoff::new();
+        loop {
+            match self.0.pop() {
+                Some(p) => return p,
+                None => backoff.snooze(),
+            }
+        }
+    }
+    #[inline]
+    fn free(&self, _: &mut (), token: usize) {
+        self.0.push(token).expect("pool never overfills");
+    }
+    #[inline]
     fn produce(&self, _: &mut (), v: u8) -> usize {
         let backoff = Backoff::new();
         let p = loop {
@@ -214,6 +284,20 @@ impl Strategy for MutexPool {
     const NAME: &'static str = "mutex_pool";
     type Local = ();
     fn local(&self) {}
+    #[inline]
+    fn alloc(&self, _: &mut ()) -> usize {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(p) = self.0.lock().unwrap().pop() {
+                return p;
+            }
+            backoff.snooze();
+        }
+    }
+    #[inline]
+    fn free(&self, _: &mut (), token: usize) {
+        self.0.lock().unwrap().push(token);
+    }
     #[inline]
     fn produce(&self, _: &mut (), v: u8) -> usize {
         let backoff = Backoff::new();
@@ -278,7 +362,10 @@ fn record(
 fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
     let per = iters.div_ceil(p as u64).max(1);
     let total = per * p as u64;
-    let queue = Arc::new(ArrayQueue::<usize>::new(QUEUE_SLOTS));
+    let slots = std::env::var("SKB_BENCH_QUEUE")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let queue = Arc::new(ArrayQueue::<usize>::new(slots.unwrap_or(QUEUE_SLOTS)));
     let start = Arc::new(Barrier::new(p + 2));
     let before = s.remote_stats();
     let mut threads = Vec::with_capacity(p + 1);
@@ -292,6 +379,7 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                 let backoff = Backoff::new();
                 while let Err(t) = queue.push(tok) {
                     tok = t;
+                    s.idle(&mut l);
                     backoff.snooze();
                 }
             }
@@ -313,7 +401,10 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                         n += 1;
                         backoff.reset();
                     }
-                    None => backoff.snooze(),
+                    None => {
+                        s.idle(&mut l);
+                        backoff.snooze();
+                    }
                 }
             }
             drop(l);
@@ -351,12 +442,13 @@ fn run_local<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                 let mut toks = [0usize; LOCAL_BATCH];
                 let mut acc = 0;
                 start.wait();
-                for r in 0..rounds {
-                    for (i, t) in toks.iter_mut().enumerate() {
-                        *t = s.produce(&mut l, (r as usize + i) as u8);
+                for _ in 0..rounds {
+                    for t in toks.iter_mut() {
+                        *t = s.alloc(&mut l);
                     }
+                    acc ^= black_box(toks[LOCAL_BATCH - 1]);
                     for &t in &toks {
-                        acc += s.consume(&mut l, t);
+                        s.free(&mut l, t);
                     }
                 }
                 drop(l);
