@@ -6,9 +6,9 @@ use core::fmt;
 /// A rejected qdisc option.
 ///
 /// ```
-/// use qdisc::{Fq, TestPacket};
+/// use qdisc::{FqBuilder, TestPacket};
 ///
-/// let err = Fq::<TestPacket>::builder().quantum(0).build::<TestPacket>().unwrap_err();
+/// let err = FqBuilder::new().quantum(0).build::<TestPacket>().unwrap_err();
 /// assert_eq!(err.option(), "quantum");
 /// assert_eq!(err.to_string(), "fq: invalid quantum 0: accepted 1..=1048576 (bytes)");
 /// ```

@@ -10,8 +10,8 @@
 //! time-ordered set and [`next_wakeup`](crate::Qdisc::next_wakeup) tells the caller when to
 //! dequeue again. An idle qdisc sends through an unpaced internal queue (the fast path).
 //!
-//! Files: [`flow`] (one flow's packets), [`table`] (flow lookup and bounded GC), `enqueue` and
-//! `dequeue` (the scheduler), [`pacing`] (the delay formula), [`stats`], [`config`] (builder).
+//! Files: `flow` (one flow's packets), `table` (flow lookup and bounded GC), `enqueue` and
+//! `dequeue` (the scheduler), `pacing` (the delay formula), `stats`, `config` (builder).
 //! FQ reads time from an injected [`Clock`]; it is never bypassable.
 
 use core::fmt;
