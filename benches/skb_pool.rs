@@ -443,12 +443,14 @@ fn run_local<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                 let mut acc = 0;
                 start.wait();
                 for _ in 0..rounds {
+                    // black_box each token, so the compiler cannot pair and elide an
+                    // allocation with its free (it does for the global allocator otherwise).
                     for t in toks.iter_mut() {
-                        *t = s.alloc(&mut l);
+                        *t = black_box(s.alloc(&mut l));
                     }
-                    acc ^= black_box(toks[LOCAL_BATCH - 1]);
+                    acc ^= toks[LOCAL_BATCH - 1];
                     for &t in &toks {
-                        s.free(&mut l, t);
+                        s.free(&mut l, black_box(t));
                     }
                 }
                 drop(l);
