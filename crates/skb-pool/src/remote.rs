@@ -170,6 +170,14 @@ impl OwnerSlot {
     /// `skb_defer_free_flush`: clear `pending`, reset the count, take the whole list.
     pub(crate) fn drain(&self) -> Chain<Frame> {
         let r = &*self.remote;
+        // Nothing to do (the common case of a poll loop): stay off the freers' cache line
+        // instead of writing it with two RMWs. A free racing this snapshot kicks by itself.
+        if r.list.is_empty()
+            && r.count.load(Ordering::Relaxed) == 0
+            && !self.pending.load(Ordering::Relaxed)
+        {
+            return Chain::new();
+        }
         if self.pending.load(Ordering::Relaxed) {
             self.pending.store(false, Ordering::Relaxed);
         }
