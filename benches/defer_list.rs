@@ -14,6 +14,9 @@
 //!
 //! Run: `cargo bench --bench defer_list`.
 
+// criterion_group! generates an undocumented `benches` function.
+#![allow(missing_docs)]
+
 use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::mpsc;

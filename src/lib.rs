@@ -10,3 +10,6 @@ pub use llist_defer;
 pub use qdisc;
 pub use skb_pool;
 pub use xsk_tx;
+
+/// The transmit workload behind the `xmit` bench and the `pktgen` example.
+pub mod harness;

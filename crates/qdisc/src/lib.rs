@@ -44,3 +44,5 @@ pub use xmit::{
     DEFAULT_QUOTA, Driver, NullDriver, Overflow, RecordingDriver, Strategy, TxQueue,
     TxQueueBuilder, TxResult, TxWorker, XmitStats,
 };
+/// `impl Packet for skb_pool::Skb`.
+mod skb_packet;

@@ -28,7 +28,10 @@ pub struct ToFree<P: Packet> {
 impl<P: Packet> ToFree<P> {
     /// An empty list.
     pub const fn new() -> Self {
-        ToFree { packets: Fifo::new(), counts: [0; DropReason::ALL.len()] }
+        ToFree {
+            packets: Fifo::new(),
+            counts: [0; DropReason::ALL.len()],
+        }
     }
 
     /// Records `pkt` as dropped for `reason`.
@@ -36,6 +39,11 @@ impl<P: Packet> ToFree<P> {
     pub fn drop_packet(&mut self, pkt: P, reason: DropReason) {
         self.counts[reason.index()] += 1;
         self.packets.push_back(pkt);
+    }
+
+    /// Views of the dropped packets, oldest first.
+    pub fn iter(&self) -> llist_defer::Iter<'_, P> {
+        self.packets.iter()
     }
 
     /// Packets dropped, all reasons.
@@ -124,5 +132,43 @@ pub trait Qdisc<P: Packet>: Send {
     fn fmt_xstats(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let _ = f;
         Ok(())
+    }
+}
+
+/// A boxed qdisc is a qdisc, so a queue can hold `Box<dyn Qdisc<P>>` and change kinds with
+/// `replace_qdisc` (`tc qdisc replace ... fq`).
+impl<P: Packet, Q: Qdisc<P> + ?Sized> Qdisc<P> for Box<Q> {
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+    fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
+        (**self).enqueue(pkt, to_free)
+    }
+    fn dequeue(&mut self) -> Option<P> {
+        (**self).dequeue()
+    }
+    fn peek(&mut self) -> Option<NodeRef<'_, P>> {
+        (**self).peek()
+    }
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn backlog(&self) -> u64 {
+        (**self).backlog()
+    }
+    fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason) {
+        (**self).reset(to_free, reason)
+    }
+    fn can_bypass(&self) -> bool {
+        (**self).can_bypass()
+    }
+    fn stats(&self) -> QdiscStats {
+        (**self).stats()
+    }
+    fn next_wakeup(&self) -> Option<u64> {
+        (**self).next_wakeup()
+    }
+    fn fmt_xstats(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt_xstats(f)
     }
 }

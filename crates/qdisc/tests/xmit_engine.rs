@@ -116,12 +116,18 @@ fn qdisc_tail_drop_is_counted() {
             .iter()
             .filter(|v| matches!(v, Verdict::Dropped(_)))
             .count();
-        // As in the kernel, the first packet takes the bypass, finds the queue stopped and is
-        // requeued (it counts in qlen but not against the qdisc's limit); then 5 fit, 2 drop.
-        assert_eq!(q.backlog(), 6, "{s}");
-        assert_eq!(q.stats().requeues, 1, "{s}");
-        assert_eq!(q.stats().drops_for(DropReason::QdiscOverlimit), 2, "{s}");
-        assert_eq!(dropped, 2, "{s}: a single packet's verdict is the qdisc's");
+        // As in the kernel, a packet that takes the bypass onto a stopped queue is requeued:
+        // it counts in qlen but not against the qdisc's limit (NoLock sees DRAINING and does
+        // not bypass at all). So 5 sit in the qdisc, plus any requeued, and the rest drop.
+        let requeued = q.stats().requeues as usize;
+        assert!(requeued <= 1, "{s}");
+        assert_eq!(q.backlog(), 5 + requeued, "{s}");
+        let tail_drops = q.stats().drops_for(DropReason::QdiscOverlimit) as usize;
+        assert_eq!(tail_drops, 3 - requeued, "{s}");
+        assert_eq!(
+            dropped, tail_drops,
+            "{s}: a single packet's verdict is the qdisc's"
+        );
     }
 }
 
@@ -157,12 +163,18 @@ fn replace_qdisc_drops_the_old_queue_and_keeps_going() {
         }
         let old = q.replace_qdisc(FifoBuilder::pfifo().limit(10).build().unwrap());
         assert_eq!(qdisc::Qdisc::len(&old), 0, "{s}: the old qdisc was reset");
-        // Packet 0 was requeued by the bypass on the stopped queue: it belongs to the device
-        // queue, not the qdisc, and survives the replacement; the qdisc's 3 are dropped.
-        assert_eq!(q.stats().drops_for(DropReason::Deactivated), 3, "{s}");
+        // A packet requeued by the bypass onto the stopped queue belongs to the device queue,
+        // not the qdisc, and survives the replacement; the qdisc's packets are dropped.
+        let requeued = q.stats().requeues;
+        assert_eq!(
+            q.stats().drops_for(DropReason::Deactivated),
+            4 - requeued,
+            "{s}"
+        );
         q.with_driver(|d| d.stopped = false);
         q.xmit(TestPacket::new(10, 60));
-        assert_eq!(sent_ids(&q), [0, 10], "{s}");
+        let expected: Vec<u64> = (0..requeued).chain([10]).collect();
+        assert_eq!(sent_ids(&q), expected, "{s}");
     }
 }
 

@@ -75,6 +75,7 @@ pub struct TxQueueBuilder {
     pub(crate) overflow: Overflow,
     pub(crate) help_threshold: Option<usize>,
     pub(crate) early_bypass: bool,
+    pub(crate) runner_absorbs: bool,
     pub(crate) latency_histogram: bool,
 }
 
@@ -88,6 +89,7 @@ impl Default for TxQueueBuilder {
             overflow: Overflow::Drop,
             help_threshold: None,
             early_bypass: true,
+            runner_absorbs: true,
             latency_histogram: false,
         }
     }
@@ -136,6 +138,20 @@ impl TxQueueBuilder {
     pub fn early_bypass(mut self, on: bool) -> Self {
         self.early_bypass = on;
         self
+    }
+
+    /// DeferList only: the runner holds the root lock while it sends and takes the defer list
+    /// itself between batches, and a first pusher that finds a runner at work leaves it its
+    /// batch instead of waiting for the root lock (default on). Off gives the kernel's exact
+    /// protocol: every first pusher takes the root lock, the runner drops it around each send.
+    pub fn runner_absorbs(mut self, on: bool) -> Self {
+        self.runner_absorbs = on;
+        self
+    }
+
+    /// The kernel's exact DeferList protocol: no early bypass, no runner absorbing.
+    pub fn kernel_exact(self) -> Self {
+        self.early_bypass(false).runner_absorbs(false)
     }
 
     /// Keep a log2 histogram of `xmit` call latency (two clock reads per call; default off).

@@ -45,12 +45,13 @@ pub struct NullDriver {
 }
 
 impl NullDriver {
-    /// The default per-packet work, in spin iterations (about 10 ns on a current x86 core).
-    pub const DEFAULT_SPINS: u32 = 10;
+    /// The default per-packet work: about 10 ns, like writing one descriptor.
+    pub const DEFAULT_COST_NS: u32 = 10;
 
-    /// A null driver doing the default work per packet.
+    /// A null driver doing the default work per packet (calibrated, see
+    /// [`with_cost_ns`](NullDriver::with_cost_ns)).
     pub fn new() -> Self {
-        Self::with_spins(Self::DEFAULT_SPINS)
+        Self::with_cost_ns(Self::DEFAULT_COST_NS)
     }
 
     /// A null driver doing `spins` iterations of busy work per packet (0: none).
@@ -60,6 +61,12 @@ impl NullDriver {
             sent: 0,
             bytes: 0,
         }
+    }
+
+    /// A null driver doing about `ns` nanoseconds of busy work per packet, calibrated once per
+    /// process on this machine (the benchmarks' "10 ns, like writing one descriptor").
+    pub fn with_cost_ns(ns: u32) -> Self {
+        Self::with_spins((f64::from(ns) * spins_per_ns()).round() as u32)
     }
 
     /// Busy work iterations per packet.
@@ -78,6 +85,31 @@ impl NullDriver {
     }
 }
 
+/// Busy-work iterations per nanosecond on this machine: the fastest of a few timed runs.
+fn spins_per_ns() -> f64 {
+    static CAL: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *CAL.get_or_init(|| {
+        const N: u32 = 2_000_000;
+        let best = (0..5)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                black_box(spin(N, 1));
+                t0.elapsed().as_nanos().max(1) as f64
+            })
+            .fold(f64::INFINITY, f64::min);
+        f64::from(N) / best
+    })
+}
+
+#[inline]
+fn spin(spins: u32, seed: u32) -> u32 {
+    let mut x = seed;
+    for _ in 0..spins {
+        x = black_box(x.wrapping_mul(31).wrapping_add(7));
+    }
+    x
+}
+
 impl Default for NullDriver {
     fn default() -> Self {
         Self::new()
@@ -91,11 +123,7 @@ impl<P: Packet> Driver<P> for NullDriver {
         while let Some(pkt) = batch.pop_front() {
             self.bytes += pkt.len() as u64;
             // The "descriptor write": a dependent chain the optimiser cannot drop.
-            let mut x = pkt.len() as u32;
-            for _ in 0..self.spins {
-                x = black_box(x.wrapping_mul(31).wrapping_add(7));
-            }
-            black_box(x);
+            black_box(spin(self.spins, pkt.len() as u32));
             drop(pkt);
             sent += 1;
         }

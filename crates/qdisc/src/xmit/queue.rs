@@ -21,7 +21,7 @@ use crate::config::ConfigError;
 use crate::packet::{DropReason, Packet};
 use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
 use crate::sync::{
-    AtomicBool, AtomicU32, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering, fence,
+    AtomicBool, AtomicU32, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering, UnsafeCell, fence,
 };
 
 use super::config::{Overflow, Strategy, TxQueueBuilder};
@@ -33,6 +33,11 @@ const MISSED: u32 = 1;
 const DRAINING: u32 = 2;
 /// A reschedule is pending for the poll loop / TxWorker (`__QDISC_STATE_SCHED`).
 const SCHED: u32 = 4;
+
+/// `TxQueue::running`: the locked strategies' run role is held.
+const RUNNING: u32 = 1;
+/// `TxQueue::running`: a first pusher saw the role held and left its batch to the runner.
+const PENDING: u32 = 2;
 
 /// What the root lock guards.
 struct Root<P: Packet, Q> {
@@ -63,15 +68,16 @@ pub struct TxQueue<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
     defer: CachePadded<DeferList<P>>,
     root: CachePadded<Mutex<Root<P, Q>>>,
     busylock: CachePadded<Mutex<()>>,
-    driver: Mutex<D>,
+    /// Touched only by the holder of the run role (see `TxQueue::driver_mut`).
+    driver: UnsafeCell<D>,
     /// NoLock run role (`q->seqlock`).
     seqlock: CachePadded<AtomicBool>,
     /// MISSED / DRAINING / SCHED bits.
     state: AtomicU32,
-    /// The run role of the locked strategies (`q->running`). Written only under the root lock
-    /// (so the lock orders it), except when a panicking runner gives it back; read without the
-    /// lock only as BusyLock's "contended" guess.
-    running: AtomicBool,
+    /// The run role of the locked strategies (`q->running`, bit [`RUNNING`]) and, for
+    /// DeferList, [`PENDING`]: "a first pusher left its batch to the runner". Taken only under
+    /// the root lock; see [`TxQueue::run`] for the hand-off.
+    running: AtomicU32,
     /// Whether the qdisc may be bypassed (read without the lock by NoLock).
     bypass_ok: AtomicBool,
     room: Mutex<()>,
@@ -139,10 +145,10 @@ impl TxQueueBuilder {
                 deactivated: false,
             })),
             busylock: CachePadded::new(Mutex::new(())),
-            driver: Mutex::new(driver),
+            driver: UnsafeCell::new(driver),
             seqlock: CachePadded::new(AtomicBool::new(false)),
             state: AtomicU32::new(0),
-            running: AtomicBool::new(false),
+            running: AtomicU32::new(0),
             bypass_ok: AtomicBool::new(bypass_ok),
             room: Mutex::new(()),
             room_cv: Condvar::new(),
@@ -243,6 +249,14 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         loop {
             match self.defer.push(pkt) {
                 Ok(Pushed::First) => {
+                    // A runner takes the defer list between batches and checks PENDING before
+                    // it lets go, so a first pusher that finds one at work leaves it the batch
+                    // instead of queueing on the root lock (the RMW orders us against its exit).
+                    if self.cfg.runner_absorbs
+                        && self.running.fetch_or(PENDING, Ordering::AcqRel) & RUNNING != 0
+                    {
+                        return Verdict::Success;
+                    }
                     let root = self.lock_root();
                     return self.drain(root, to_free);
                 }
@@ -297,11 +311,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         to_free: &mut ToFree<P>,
     ) -> Verdict {
         let mut batch = self.defer.take_all().reverse();
-        fence(Ordering::SeqCst);
-        if self.waiters.load(Ordering::Relaxed) != 0 {
-            let _g = self.room.lock();
-            self.room_cv.notify_all();
-        }
+        self.notify_room();
         if batch.is_empty() {
             // A helper drained it already; still make sure the qdisc runs.
             if !self.is_running() && root.qlen() != 0 && !root.deactivated {
@@ -390,61 +400,120 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         };
         let mut bypass = bypass;
         let mut quota = self.cfg.quota;
+        // DeferList (with `runner_absorbs`): the runner keeps the root lock while it sends and
+        // takes the defer list itself between batches, so nobody fights it for the lock per
+        // batch, and a first pusher that finds it at work leaves it the batch (PENDING).
+        let hold_root = self.cfg.strategy == Strategy::DeferList && self.cfg.runner_absorbs;
         loop {
-            if role.batch.is_empty() {
-                // dequeue_skb: nothing leaves the qdisc for a stopped queue.
-                if self.driver_stopped() {
-                    break;
-                }
-                Self::dequeue_batch(&mut root, &mut role.batch, self.cfg.bulk.min(quota));
-            }
-            if role.batch.is_empty() {
-                break;
-            }
-            drop(root);
-            let (sent, stopped) = self.transmit(&mut role.batch, bypass, to_free);
-            bypass = false;
-            root = self.lock_root();
-            if !role.batch.is_empty() {
-                self.counters.requeues.add(role.batch.len() as u64);
-                root.requeue.prepend(&mut role.batch);
-            }
-            if stopped {
-                break;
-            }
-            quota = quota.saturating_sub(sent.max(1));
-            if quota == 0 {
-                if root.qlen() == 0 {
-                    break;
-                }
-                self.counters.reschedules.add(1);
-                if self.waker.is_some() {
-                    self.state.fetch_or(SCHED, Ordering::Release);
-                    self.running.store(false, Ordering::Relaxed);
-                    drop(root);
-                    if let Some(w) = &self.waker {
-                        w();
+            loop {
+                if role.batch.is_empty() {
+                    // dequeue_skb: nothing leaves the qdisc for a stopped queue.
+                    if self.driver_stopped() {
+                        break;
                     }
-                    return self.lock_root();
+                    if hold_root {
+                        self.absorb_defer_list(&mut root, to_free);
+                    }
+                    Self::dequeue_batch(&mut root, &mut role.batch, self.cfg.bulk.min(quota));
                 }
-                // No poll loop to hand over to: carry on, nothing else would.
-                quota = self.cfg.quota;
+                if role.batch.is_empty() {
+                    break;
+                }
+                let (sent, stopped) = if hold_root {
+                    self.transmit(&mut role.batch, bypass, to_free)
+                } else {
+                    drop(root);
+                    let r = self.transmit(&mut role.batch, bypass, to_free);
+                    root = self.lock_root();
+                    r
+                };
+                bypass = false;
+                if !role.batch.is_empty() {
+                    self.counters
+                        .requeues
+                        .add_by_runner(role.batch.len() as u64);
+                    root.requeue.prepend(&mut role.batch);
+                }
+                if stopped {
+                    break;
+                }
+                quota = quota.saturating_sub(sent.max(1));
+                if quota == 0 {
+                    if root.qlen() == 0 {
+                        break;
+                    }
+                    self.counters.reschedules.add_by_runner(1);
+                    if self.waker.is_some() {
+                        self.state.fetch_or(SCHED, Ordering::Release);
+                        // PENDING goes too: the poll loop we wake drains the defer list.
+                        self.running.swap(0, Ordering::AcqRel);
+                        drop(root);
+                        if let Some(w) = &self.waker {
+                            w();
+                        }
+                        return self.lock_root();
+                    }
+                    // No poll loop to hand over to: carry on, nothing else would.
+                    quota = self.cfg.quota;
+                }
             }
+            // Let go of the role, unless a first pusher left us its batch meanwhile (PENDING):
+            // then take the list and go round again. Same-word RMWs order us against it.
+            if self
+                .running
+                .compare_exchange(RUNNING, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return root;
+            }
+            self.running.fetch_and(!PENDING, Ordering::AcqRel);
+            self.absorb_defer_list(&mut root, to_free);
+            quota = self.cfg.quota;
         }
-        self.running.store(false, Ordering::Relaxed);
-        root
     }
 
     /// `qdisc_run_begin` for a locked qdisc: the caller holds the root lock and saw the role
     /// free.
     #[inline]
     fn run_begin_locked(&self, _root: &MutexGuard<'_, Root<P, Q>>) {
-        self.running.store(true, Ordering::Relaxed);
+        // A stale PENDING (its pusher saw no runner and drains by itself) is dropped here.
+        // Every write of `running` is an RMW, so all of them fall in one total order with the
+        // pushers' `fetch_or(PENDING)` (loom showed a plain store is not enough).
+        let prev = self.running.swap(RUNNING, Ordering::AcqRel);
+        debug_assert!(prev & RUNNING == 0, "two runners");
     }
 
     #[inline]
     fn is_running(&self) -> bool {
-        self.running.load(Ordering::Relaxed)
+        self.running.load(Ordering::Relaxed) & RUNNING != 0
+    }
+
+    /// Takes the defer list whole and enqueues it in arrival order (the drainer's work, done
+    /// by a runner holding the root lock).
+    fn absorb_defer_list(&self, root: &mut Root<P, Q>, to_free: &mut ToFree<P>) {
+        if self.defer.is_empty() {
+            return;
+        }
+        let mut batch = self.defer.take_all().reverse();
+        self.notify_room();
+        while let Some(p) = batch.pop_front() {
+            if root.deactivated {
+                to_free.drop_packet(p, DropReason::Deactivated);
+            } else {
+                root.qdisc.enqueue(p, to_free);
+            }
+        }
+    }
+
+    /// Wakes producers parked by `Overflow::Wait` after a drain reset the burst count.
+    fn notify_room(&self) {
+        // Pairs with the fence in `wait_for_room`: either the waiter sees the reset count, or
+        // we see it waiting and notify under `room`.
+        fence(Ordering::SeqCst);
+        if self.waiters.load(Ordering::Relaxed) != 0 {
+            let _g = self.room.lock();
+            self.room_cv.notify_all();
+        }
     }
 
     /// `dequeue_skb`: requeued packets first, then the qdisc, at most `max`.
@@ -470,24 +539,25 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         to_free: &mut ToFree<P>,
     ) -> (usize, bool) {
         let bytes_before: u64 = batch.iter().map(|p| p.len() as u64).sum();
-        let mut driver = self.driver.lock();
-        if driver.is_stopped() {
-            self.counters.driver_stops.add(1);
+        let to_free_len_before = to_free.len();
+        // SAFETY: only runners call `transmit`, and they hold the run role.
+        let res = unsafe { self.driver_mut(|d| (!d.is_stopped()).then(|| d.xmit(batch, to_free))) };
+        let Some(res) = res else {
+            self.counters.driver_stops.add_by_runner(1);
             return (0, true);
-        }
-        let res = driver.xmit(batch, to_free);
-        drop(driver);
+        };
+        // Packets the driver refused for good went to `to_free`: counted there, not as sent.
         let bytes_left: u64 = batch.iter().map(|p| p.len() as u64).sum();
-        let dropped_bytes = 0; // driver drops are counted as drops, not as sent bytes
-        self.counters.sent.add(res.sent as u64);
+        let dropped_bytes: u64 = to_free_bytes(to_free, to_free_len_before);
+        self.counters.sent.add_by_runner(res.sent as u64);
         self.counters
             .sent_bytes
-            .add((bytes_before - bytes_left).saturating_sub(dropped_bytes));
+            .add_by_runner((bytes_before - bytes_left).saturating_sub(dropped_bytes));
         if bypass {
-            self.counters.bypass.add(res.sent as u64);
+            self.counters.bypass.add_by_runner(res.sent as u64);
         }
         if res.stopped {
-            self.counters.driver_stops.add(1);
+            self.counters.driver_stops.add_by_runner(1);
         }
         (res.sent, res.stopped)
     }
@@ -511,6 +581,10 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         if self.state.fetch_or(MISSED, Ordering::SeqCst) & MISSED != 0 {
             return false; // someone already flagged the runner
         }
+        // test_and_set_bit is a full barrier in the kernel: the retry below must not be ordered
+        // before our MISSED, or a runner that lets go and finds MISSED clear (its own fence in
+        // run_end) and our failed retry can both miss each other and strand the packet.
+        fence(Ordering::SeqCst);
         try_lock()
     }
 
@@ -615,7 +689,9 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             let (sent, stopped) = self.transmit(&mut role.batch, bypass, to_free);
             bypass = false;
             if !role.batch.is_empty() {
-                self.counters.requeues.add(role.batch.len() as u64);
+                self.counters
+                    .requeues
+                    .add_by_runner(role.batch.len() as u64);
                 let mut root = self.lock_root();
                 root.requeue.prepend(&mut role.batch);
             }
@@ -625,7 +701,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             }
             quota = quota.saturating_sub(sent.max(1));
             if quota == 0 {
-                self.counters.reschedules.add(1);
+                self.counters.reschedules.add_by_runner(1);
                 // Quota used up: flag MISSED so run_end reschedules.
                 self.state.fetch_or(MISSED, Ordering::SeqCst);
                 return;
@@ -633,23 +709,42 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         }
     }
 
+    /// Runs `f` on the driver.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the run role (`running` set by itself under the root lock, or the
+    /// NoLock seqlock), which is exclusive, so no other reference to the driver exists.
+    #[inline]
+    unsafe fn driver_mut<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
+        #[cfg(lockless_loom)]
+        assert!(
+            self.seqlock.load(Ordering::Relaxed) || self.is_running(),
+            "driver touched without the run role: running={} strategy={:?}",
+            self.running.load(Ordering::Relaxed),
+            self.cfg.strategy
+        );
+        // SAFETY: per the contract, the run role makes this the only access to the driver.
+        self.driver.with_mut(|d| f(unsafe { &mut *d }))
+    }
+
     /// `qdisc_maybe_clear_missed`: on a stopped queue, trade MISSED for DRAINING so run_end
-    /// does not reschedule in a storm, unless the queue was woken meanwhile.
+    /// does not reschedule in a storm, unless the queue was woken meanwhile. Runner only.
     fn nolock_stopped(&self) {
         self.state.fetch_and(!MISSED, Ordering::SeqCst);
-        let bit = if self.driver.lock().is_stopped() {
-            DRAINING
-        } else {
-            MISSED
-        };
+        // SAFETY: called by the NoLock runner, which holds the seqlock.
+        let stopped = unsafe { self.driver_mut(|d| d.is_stopped()) };
+        let bit = if stopped { DRAINING } else { MISSED };
         self.state.fetch_or(bit, Ordering::SeqCst);
     }
 
     /// Whether the driver's queue is stopped (`netif_xmit_frozen_or_stopped`), counted.
+    /// Runner only.
     fn driver_stopped(&self) -> bool {
-        let stopped = self.driver.lock().is_stopped();
+        // SAFETY: called from the run loops, whose caller holds the run role.
+        let stopped = unsafe { self.driver_mut(|d| d.is_stopped()) };
         if stopped {
-            self.counters.driver_stops.add(1);
+            self.counters.driver_stops.add_by_runner(1);
         }
         stopped
     }
@@ -665,7 +760,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                 // The unwinding runner may still hold the root lock in a guard dropped after
                 // this one, so no lock here: the next caller that takes the lock sees the role
                 // free and runs whatever is queued.
-                self.running.store(false, Ordering::Release);
+                self.running.swap(0, Ordering::AcqRel);
             }
         }
     }
@@ -763,9 +858,43 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         r
     }
 
-    /// Runs `f` on the driver (waits for a runner's current batch).
+    /// Runs `f` on the driver: takes the run role (waiting for a current runner to finish),
+    /// calls `f`, then runs whatever was queued meanwhile, like any runner, and lets go.
     pub fn with_driver<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
-        f(&mut self.driver.lock())
+        let mut to_free = ToFree::new();
+        let r = match self.cfg.strategy {
+            Strategy::NoLock | Strategy::NoLockNaive => {
+                while self
+                    .seqlock
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    std::thread::yield_now();
+                }
+                // SAFETY: we hold the seqlock, the NoLock run role.
+                let r = unsafe { self.driver_mut(f) };
+                self.nolock_run(Fifo::new(), false, &mut to_free);
+                self.nolock_finish(&mut to_free);
+                r
+            }
+            Strategy::BusyLock | Strategy::DeferList => {
+                let mut root = self.lock_root();
+                while self.is_running() {
+                    drop(root);
+                    std::thread::yield_now();
+                    root = self.lock_root();
+                }
+                self.run_begin_locked(&root);
+                drop(root);
+                // SAFETY: we set `running` under the root lock after seeing it clear.
+                let r = unsafe { self.driver_mut(f) };
+                let root = self.lock_root();
+                drop(self.run(root, Fifo::new(), false, &mut to_free));
+                r
+            }
+        };
+        self.free(to_free);
+        r
     }
 
     /// Packets in the qdisc and the requeue list (not the defer list, which keeps no count).
@@ -801,6 +930,16 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         s
     }
 }
+
+/// Bytes of the packets added to `to_free` since it held `before` packets.
+fn to_free_bytes<P: Packet>(to_free: &ToFree<P>, before: usize) -> u64 {
+    to_free.iter().skip(before).map(|p| p.len() as u64).sum()
+}
+
+// SAFETY: the driver cell is only reached by the holder of the exclusive run role, so sharing
+// the queue shares at most one `&mut D` at a time across threads: `D: Send` suffices. All other
+// fields are Sync by themselves (given `P: Send`, `Q: Send`).
+unsafe impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Sync for TxQueue<P, Q, D> {}
 
 impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> fmt::Debug for TxQueue<P, Q, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -45,6 +45,17 @@ impl Counter {
             self.0.fetch_add(n, Ordering::Relaxed);
         }
     }
+    /// Adds `n` for a counter only the run-role holder writes: a plain load and store, no
+    /// locked instruction. The role's hand-over (root lock or seqlock, Acquire/Release) orders
+    /// one runner's updates before the next one's, so none is lost.
+    #[inline]
+    pub(crate) fn add_by_runner(&self, n: u64) {
+        if n != 0 {
+            let v = self.0.load(Ordering::Relaxed);
+            self.0.store(v + n, Ordering::Relaxed);
+        }
+    }
+
     #[inline]
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
