@@ -380,6 +380,13 @@ impl Skb {
         OwnerId(self.m().owner)
     }
 
+    /// Whether this frame belongs to `pool` (an AF_XDP driver must not put another pool's
+    /// frame on its rings: the address would name a different frame of its UMEM).
+    #[inline]
+    pub fn belongs_to(&self, pool: &crate::Pool) -> bool {
+        core::ptr::eq(self.frame_meta().pool, pool.inner.as_ptr().cast_const())
+    }
+
     /// The frame's index in the region.
     #[inline]
     pub fn frame_index(&self) -> u32 {

@@ -93,6 +93,22 @@ pub enum Error {
         /// What was busy.
         what: String,
     },
+    /// The frame pool's frames cannot be a UMEM's chunks.
+    PoolFrameSize {
+        /// The pool's frame size.
+        frame_size: usize,
+        /// The largest chunk the kernel accepts (the page size).
+        max: usize,
+    },
+    /// A transmit queue's configuration was refused.
+    Config(qdisc::ConfigError),
+    /// The device was asked for a queue it does not have, or for none.
+    BadQueueCount {
+        /// Queues asked for.
+        asked: u32,
+        /// Queues the interface has.
+        available: u32,
+    },
     /// Any other system call failure.
     Io {
         /// What was attempted.
@@ -197,6 +213,18 @@ impl fmt::Display for Error {
                 "this socket has no {ring} ring; configure one in SocketConfig before binding"
             ),
             Error::Busy { what } => write!(f, "{what}"),
+            Error::PoolFrameSize { frame_size, max } => write!(
+                f,
+                "the frame pool's {frame_size}-byte frames cannot be UMEM chunks: AF_XDP takes \
+                 a power of two from 2048 to the page size {max}; build the pool with \
+                 `Pool::builder().frame_size(2048)` (or 4096)"
+            ),
+            Error::Config(e) => write!(f, "transmit queue configuration refused: {e}"),
+            Error::BadQueueCount { asked, available } => write!(
+                f,
+                "cannot open {asked} queue(s): the interface has {available}; ask for 1 to \
+                 {available}, or raise its queue count (`ethtool -L DEV combined N`)"
+            ),
             Error::Io { op, source } => write!(f, "{op} failed: {source}"),
         }
     }
@@ -208,6 +236,7 @@ impl std::error::Error for Error {
             Error::PermissionDenied { source, .. }
             | Error::KernelTooOld { source, .. }
             | Error::Io { source, .. } => Some(source),
+            Error::Config(e) => Some(e),
             _ => None,
         }
     }

@@ -42,6 +42,12 @@ mod ring;
 /// Atomics and ring slots, switched to loom under `--cfg lockless_loom`.
 mod sync;
 
+/// `XskDevice`: N queues, each a `TxQueue` + qdisc + `XskDriver`, picked by flow hash.
+#[cfg(not(lockless_loom))]
+mod device;
+/// `XskDriver`: one socket as a `qdisc::Driver<Skb>` (descriptors, kicks, completions).
+#[cfg(not(lockless_loom))]
+mod driver;
 /// The error type: cause and fix in every message.
 #[cfg(not(lockless_loom))]
 mod error;
@@ -52,6 +58,12 @@ pub mod netns;
 /// Ethernet/IPv4/UDP frame building and parsing with correct checksums.
 #[cfg(not(lockless_loom))]
 pub mod packet;
+/// The frame pool's region as the UMEM, and the table of frames in the kernel.
+#[cfg(not(lockless_loom))]
+mod pool_umem;
+/// `XskRx`: receiving into pool frames (fill ring fed from the pool, `skb_from_rx`).
+#[cfg(not(lockless_loom))]
+mod rx;
 /// One AF_XDP socket per queue (`xsk_socket__create`), TX/completion/RX/fill.
 #[cfg(not(lockless_loom))]
 mod socket;
@@ -61,6 +73,9 @@ mod sys;
 /// UDP senders through ordinary sockets: `sendmmsg` and io_uring.
 #[cfg(not(lockless_loom))]
 mod udp;
+/// `qdisc::Driver<Skb>` for the UDP senders (payload after the frame's headers).
+#[cfg(not(lockless_loom))]
+mod udp_driver;
 /// UMEM registration (`xsk_umem__create`) and an owned mmap region.
 #[cfg(not(lockless_loom))]
 mod umem;
@@ -69,8 +84,16 @@ mod umem;
 mod xdp;
 
 #[cfg(not(lockless_loom))]
+pub use device::{CloseReport, XskDevice, XskDeviceStats, XskQueueStats, XskTxQueue};
+#[cfg(not(lockless_loom))]
+pub use driver::{XskDriver, XskDriverStats};
+#[cfg(not(lockless_loom))]
 pub use error::{Error, Result};
+#[cfg(not(lockless_loom))]
+pub use pool_umem::PoolRegion;
 pub use ring::{ConsRing, ProdRing};
+#[cfg(not(lockless_loom))]
+pub use rx::{XskRx, XskRxStats};
 #[cfg(not(lockless_loom))]
 pub use socket::{BindMode, SocketConfig, XdpDesc, XdpMode, XdpStatistics, XskSocket, queue_count};
 #[cfg(not(lockless_loom))]

@@ -621,7 +621,31 @@ impl XskSocket {
         }
     }
 
-    fn kick_if_needed(&mut self) -> Result<()> {
+    /// Free entries of the TX ring, reading the kernel's consumer index only if fewer than
+    /// `want` are known to be free (`xsk_prod_nb_free`); 0 without a TX ring.
+    pub fn tx_free(&mut self, want: u32) -> u32 {
+        self.tx.as_mut().map_or(0, |tx| tx.nb_free(want))
+    }
+
+    /// Puts descriptors already checked by the caller on the TX ring (as many as fit), counts
+    /// them in flight, and kicks if the kernel asks; returns how many were queued even when
+    /// the kick fails (the error comes second). The pool driver checks length and ownership
+    /// itself, once per packet.
+    pub(crate) fn produce_tx(&mut self, descs: &[XdpDesc]) -> (usize, Result<()>) {
+        let Some(tx) = self.tx.as_mut() else {
+            return (0, Err(Error::NoRing { ring: "TX" }));
+        };
+        let n = tx.produce(descs);
+        self.in_flight += n as u64;
+        (n, self.kick_if_needed())
+    }
+
+    /// Whether this socket was configured with `XDP_USE_NEED_WAKEUP`.
+    pub fn uses_need_wakeup(&self) -> bool {
+        self.need_wakeup
+    }
+
+    pub(crate) fn kick_if_needed(&mut self) -> Result<()> {
         if self.tx_wants_kick() {
             self.kick()
         } else {

@@ -10,6 +10,9 @@
 
 #[cfg(lockless_loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, Ordering, fence};
+/// Statistics counters of the pool-backed driver and receiver (never modelled under loom).
+#[cfg(not(lockless_loom))]
+pub(crate) use std::sync::atomic::AtomicU64;
 #[cfg(not(lockless_loom))]
 pub(crate) use std::sync::atomic::{AtomicU32, Ordering, fence};
 

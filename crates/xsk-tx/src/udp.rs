@@ -13,13 +13,15 @@ use io_uring::{IoUring, opcode, types};
 
 /// Datagrams per `sendmmsg` call (the kernel's `UIO_MAXIOV` allows 1024; 64 keeps the headers
 /// on the stack).
-const MMSG_BATCH: usize = 64;
+pub(crate) const MMSG_BATCH: usize = 64;
 
 /// Sends batches of datagrams with `sendmmsg(2)`.
 #[derive(Debug)]
 pub struct UdpSendmmsg {
     sock: UdpSocket,
     dest: SocketAddrV4,
+    /// Packets of the batch being sent as a `qdisc::Driver` (allocated once).
+    pub(crate) scratch: Vec<skb_pool::Skb>,
 }
 
 impl UdpSendmmsg {
@@ -27,12 +29,16 @@ impl UdpSendmmsg {
     pub fn new(bind: SocketAddrV4, dest: SocketAddrV4) -> io::Result<UdpSendmmsg> {
         let sock = UdpSocket::bind(bind)?;
         sock.connect(dest)?;
-        Ok(UdpSendmmsg { sock, dest })
+        Ok(Self::from_socket(sock, dest))
     }
 
     /// Wraps a socket already connected to `dest`.
     pub fn from_socket(sock: UdpSocket, dest: SocketAddrV4) -> UdpSendmmsg {
-        UdpSendmmsg { sock, dest }
+        UdpSendmmsg {
+            sock,
+            dest,
+            scratch: Vec::with_capacity(MMSG_BATCH),
+        }
     }
 
     /// The socket.
@@ -92,6 +98,8 @@ pub struct UdpIoUring {
     sock: UdpSocket,
     dest: SocketAddrV4,
     depth: u32,
+    /// Packets of the batch being sent as a `qdisc::Driver` (allocated once).
+    pub(crate) scratch: Vec<skb_pool::Skb>,
 }
 
 impl fmt::Debug for UdpIoUring {
@@ -122,6 +130,7 @@ impl UdpIoUring {
             sock,
             dest,
             depth,
+            scratch: Vec::with_capacity(MMSG_BATCH),
         })
     }
 

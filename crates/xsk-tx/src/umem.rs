@@ -82,7 +82,7 @@ unsafe impl UmemRegion for MmapRegion {
     }
 }
 
-fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096)

@@ -1,0 +1,190 @@
+//! [`XskRx`]: AF_XDP receive into pool frames — the fill ring is fed with frames allocated from
+//! the pool (`Skb::into_addr`), and each RX descriptor becomes the same frame's `Skb` again
+//! ([`Pool::skb_from_rx`]) with its data window set to the packet. Dropping that `Skb` on any
+//! thread returns the frame to the pool through its remote-free path, like a completed TX
+//! frame: the page_pool recycling of a NIC driver's RX path.
+
+use skb_pool::{Pool, PoolHandle, Skb};
+
+use crate::error::Result;
+use crate::pool_umem::InFlight;
+use crate::socket::{SocketConfig, XskSocket};
+use crate::umem::Umem;
+
+/// Counters of an [`XskRx`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct XskRxStats {
+    /// Frames given to the kernel through the fill ring.
+    pub filled: u64,
+    /// Packets received.
+    pub received: u64,
+    /// RX descriptors that matched no frame of ours (never freed).
+    pub bad_descs: u64,
+    /// Frames in the kernel now (fill ring, or being written).
+    pub in_kernel: u64,
+}
+
+/// One receiving AF_XDP socket over a pool's region (its own UMEM).
+#[derive(Debug)]
+pub struct XskRx {
+    sock: Option<XskSocket>,
+    umem: Option<Umem>,
+    pool: Pool,
+    inflight: InFlight,
+    stats: XskRxStats,
+    addrs: Vec<u64>,
+}
+
+impl XskRx {
+    /// Registers `pool`'s region as a UMEM and binds a socket with an RX ring on `queue` of
+    /// `ifname` (`cfg`'s TX ring may be 0). Received packets start `XDP_PACKET_HEADROOM`
+    /// (256) bytes into their frame. Traffic reaches it only once an
+    /// [`XdpRedirect`](crate::XdpRedirect) program is attached and the socket registered.
+    ///
+    /// # Errors
+    ///
+    /// As [`Umem::from_pool`] and [`XskSocket::bind`].
+    pub fn open(pool: &Pool, ifname: &str, queue: u32, cfg: &SocketConfig) -> Result<XskRx> {
+        let umem = Umem::from_pool(pool, 0)?;
+        let sock = XskSocket::bind(&umem, ifname, queue, cfg)?;
+        Ok(XskRx {
+            sock: Some(sock),
+            umem: Some(umem),
+            pool: pool.clone(),
+            inflight: InFlight::new(pool),
+            stats: XskRxStats::default(),
+            addrs: Vec::with_capacity(64),
+        })
+    }
+
+    /// The socket, to register in an XSKMAP (`None` once closed).
+    pub fn socket(&self) -> Option<&XskSocket> {
+        self.sock.as_ref()
+    }
+
+    /// Allocates up to `max` frames from `handle` (as many as the fill ring takes) and gives
+    /// them to the kernel; returns how many.
+    ///
+    /// # Errors
+    ///
+    /// As [`XskSocket::fill`] (the frames stay ours then).
+    pub fn fill(&mut self, handle: &mut PoolHandle, max: usize) -> Result<usize> {
+        let mut done = 0;
+        while done < max {
+            let Some(sock) = self.sock.as_mut() else {
+                break;
+            };
+            let room = (sock.fill_free() as usize).min(max - done).min(64);
+            if room == 0 {
+                break;
+            }
+            self.addrs.clear();
+            for _ in 0..room {
+                match handle.alloc() {
+                    Ok(skb) => self.addrs.push(self.inflight.send(skb)),
+                    Err(_) => break,
+                }
+            }
+            let got = self.addrs.len();
+            let n = match sock.fill(&self.addrs) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.take_back_unfilled(0);
+                    return Err(e);
+                }
+            };
+            self.take_back_unfilled(n);
+            done += n;
+            if n < got || got < room {
+                break;
+            }
+        }
+        self.stats.filled += done as u64;
+        self.stats.in_kernel = self.inflight.len() as u64;
+        Ok(done)
+    }
+
+    /// Frames of `self.addrs[from..]` that did not go on the fill ring come back.
+    fn take_back_unfilled(&mut self, from: usize) {
+        for &a in &self.addrs[from..] {
+            if self.inflight.take(a).is_some() {
+                drop(self.pool.skb_from_addr(a));
+            }
+        }
+    }
+
+    /// Takes up to `max` received packets, handing each to `f` as an `Skb` whose data is the
+    /// packet (Ethernet header first); returns how many. Drop the `Skb` (on any thread) to
+    /// return the frame to the pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`XskSocket::receive`].
+    pub fn receive(&mut self, max: u32, mut f: impl FnMut(Skb)) -> Result<usize> {
+        let Some(sock) = self.sock.as_mut() else {
+            return Ok(0);
+        };
+        let (pool, inflight) = (&self.pool, &mut self.inflight);
+        let (mut got, mut bad) = (0u64, 0u64);
+        let n = sock.receive(max, |d| {
+            let skb = inflight
+                .take(d.addr)
+                .and_then(|_| pool.skb_from_rx(d.addr, d.len).ok());
+            match skb {
+                Some(skb) => {
+                    got += 1;
+                    f(skb);
+                }
+                None => bad += 1,
+            }
+        })?;
+        self.stats.received += got;
+        self.stats.bad_descs += bad;
+        self.stats.in_kernel = self.inflight.len() as u64;
+        Ok(n)
+    }
+
+    /// Waits up to `timeout_ms` for packets; returns whether any are ready.
+    ///
+    /// # Errors
+    ///
+    /// As [`XskSocket::poll_rx`].
+    pub fn poll(&self, timeout_ms: i32) -> Result<bool> {
+        match &self.sock {
+            Some(s) => s.poll_rx(timeout_ms),
+            None => Ok(false),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> XskRxStats {
+        self.stats
+    }
+
+    /// Closes the socket and the UMEM, then takes back every frame the kernel still held (in
+    /// the fill ring or the RX ring); returns how many.
+    pub fn close(mut self) -> usize {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> usize {
+        drop(self.sock.take());
+        drop(self.umem.take());
+        let pool = &self.pool;
+        let mut n = 0;
+        for a in self.inflight.drain() {
+            if let Ok(skb) = pool.skb_from_addr(a) {
+                drop(skb);
+                n += 1;
+            }
+        }
+        self.stats.in_kernel = 0;
+        n
+    }
+}
+
+impl Drop for XskRx {
+    fn drop(&mut self) {
+        self.close_inner();
+    }
+}
