@@ -1,11 +1,12 @@
 //! The transmit workload shared by the `xmit` criterion bench and the `pktgen` example: P
-//! producer threads allocate pool frames, write a packet and transmit it through one queue,
-//! using one of the engine's strategies or a peer a Rust user would pick instead.
+//! producer threads allocate pool frames, write a packet and transmit it through one target,
+//! which is our engine (a [`TxQueue`] in front of any driver) or a peer a Rust user would pick
+//! instead.
 //!
-//! Each producer owns the frames it allocates, so in-flight packets are bounded by the pool: a
-//! producer with none left flushes its pending frees and waits (backpressure), as a real
-//! dataplane does. Every packet ends sent, dropped with a reason, or still queued; a [`Cell`]
-//! counts all three so callers can check the conservation law.
+//! Producers allocate from one frame pool, so in-flight packets are bounded by it: a producer
+//! with no frame left flushes its pending frees and waits (backpressure), as a real dataplane
+//! does. Every packet ends sent, dropped with a reason, or still queued; a [`Cell`] counts all
+//! three so callers can check the conservation law.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -18,8 +19,9 @@ use crossbeam_queue::SegQueue;
 use llist_defer::Fifo;
 use qdisc::{
     Driver, NullDriver, Overflow, Pfifo, PfifoFast, Qdisc, Strategy, ToFree, TxQueue, Verdict,
+    XmitStats,
 };
-use skb_pool::{Pool, Skb};
+use skb_pool::{Pool, PoolStats, Skb};
 
 /// What transmits: one of our strategies, or a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,11 +72,7 @@ impl QdiscKind {
         match self {
             QdiscKind::Pfifo => Box::new(Pfifo::new()),
             QdiscKind::PfifoFast => Box::new(PfifoFast::new()),
-            QdiscKind::Fq => Box::new(
-                qdisc::Fq::<Skb>::builder()
-                    .build::<Skb>()
-                    .expect("fq defaults"),
-            ),
+            QdiscKind::Fq => Box::new(qdisc::FqBuilder::new().build::<Skb>().expect("fq defaults")),
         }
     }
 
@@ -88,26 +86,41 @@ impl QdiscKind {
     }
 }
 
+/// Makes the driver behind the engine (called once per run).
+pub type DriverFactory = Arc<dyn Fn() -> Box<dyn Driver<Skb>> + Send + Sync>;
+
+/// Writes a packet into a fresh frame: `(frame, producer, sequence, flow)`. The default writes
+/// the producer and sequence into the first bytes.
+pub type PacketWriter = Arc<dyn Fn(&mut Skb, u64, u64, u32) + Send + Sync>;
+
 /// One measurement's settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Workload {
     /// Who transmits.
     pub contender: Contender,
     /// Producer threads.
     pub producers: usize,
-    /// Packets each producer offers (`None`: until `stop`).
+    /// Packets each producer offers (`None`: until the duration ends).
     pub packets_per_producer: Option<u64>,
+    /// How long to run (`None`: until every producer offered its packets).
+    pub duration: Option<Duration>,
     /// Frames in the pool, shared by all producers (in-flight packets are bounded by it: keep it
     /// at or below the qdisc's limit and backpressure, not tail drop, governs overload).
     pub frames: usize,
-    /// Packet length, bytes.
+    /// Packet length, bytes (the frame's data, headers included).
     pub size: usize,
-    /// Distinct flows, spread round-robin over each producer's packets.
+    /// Distinct flows, round-robin over each producer's packets (the flow hash).
     pub flows: u32,
+    /// Per-producer pacing, packets per second (`None`: as fast as possible).
+    pub rate_pps: Option<u64>,
     /// The qdisc (engine only).
     pub qdisc: QdiscKind,
-    /// Null driver work per packet, ns.
+    /// Null driver work per packet, ns (when no `driver` factory is given, and for the peers).
     pub driver_ns: u32,
+    /// The engine's driver; `None`: a [`NullDriver`] of `driver_ns`.
+    pub driver: Option<DriverFactory>,
+    /// How packets are written; `None`: producer and sequence in the first bytes.
+    pub writer: Option<PacketWriter>,
     /// Defer list burst limit (engine only).
     pub burst_limit: usize,
     /// Over-limit policy (engine only).
@@ -122,11 +135,15 @@ impl Default for Workload {
             contender: Contender::Engine(Strategy::DeferList),
             producers: 2,
             packets_per_producer: Some(100_000),
+            duration: None,
             frames: 1000,
             size: 64,
             flows: 1,
+            rate_pps: None,
             qdisc: QdiscKind::Pfifo,
             driver_ns: NullDriver::DEFAULT_COST_NS,
+            driver: None,
+            writer: None,
             burst_limit: 1000,
             overflow: Overflow::Drop,
             latency_histogram: false,
@@ -134,15 +151,32 @@ impl Default for Workload {
     }
 }
 
-/// Live counters, readable while a run goes on (for per-second progress lines).
-#[derive(Debug, Default)]
-pub struct Live {
-    /// Packets offered to `xmit` (or the peer's push).
-    pub offered: AtomicU64,
-    /// Packets whose `xmit` returned `Dropped`.
-    pub dropped_now: AtomicU64,
-    /// Set to stop an open-ended run.
-    pub stop: AtomicBool,
+impl fmt::Debug for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workload")
+            .field("contender", &self.contender)
+            .field("producers", &self.producers)
+            .field("qdisc", &self.qdisc)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A progress sample, cumulative since the start.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tick {
+    /// Time since the start.
+    pub elapsed: Duration,
+    /// Packets offered.
+    pub offered: u64,
+    /// Packets sent.
+    pub sent: u64,
+    /// Bytes sent.
+    pub sent_bytes: u64,
+    /// Packets dropped.
+    pub dropped: u64,
+    /// Process CPU time.
+    pub cpu: Duration,
 }
 
 /// What one run measured.
@@ -161,11 +195,11 @@ pub struct Cell {
     /// Process CPU time (user + system) over the same span.
     pub cpu: Duration,
     /// The engine's stats (engine only).
-    pub xmit: Option<qdisc::XmitStats>,
-    /// The qdisc's `tc -s` text (engine only).
+    pub xmit: Option<XmitStats>,
+    /// The qdisc's `tc -s qdisc show` text (engine only).
     pub qdisc_show: Option<String>,
     /// The pool's counters at the end.
-    pub pool: Option<skb_pool::PoolStats>,
+    pub pool: Option<PoolStats>,
 }
 
 impl Cell {
@@ -216,156 +250,351 @@ pub fn process_cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// A frame source for one producer thread: allocation with backpressure.
-struct Source {
-    handle: skb_pool::PoolHandle,
-    seq: u64,
-    flows: u32,
-    size: usize,
-    producer: u64,
+/// Where producers send, and what it has done so far.
+trait Target: Send + Sync + 'static {
+    /// Transmits; `false` if the packet was dropped on the spot.
+    fn xmit(&self, skb: Skb) -> bool;
+    /// Sent so far (packets, bytes) and dropped so far.
+    fn progress(&self) -> (u64, u64, u64);
 }
 
-impl Source {
-    /// A filled packet, waiting for a frame if the producer has none left.
-    fn next(&mut self, stop: &AtomicBool) -> Option<Skb> {
-        loop {
-            match self.handle.alloc() {
-                Ok(mut skb) => {
-                    let data = skb.put(self.size).ok()?;
-                    let head = (self.producer << 48 | self.seq).to_be_bytes();
-                    let n = head.len().min(data.len());
-                    data[..n].copy_from_slice(&head[..n]);
-                    skb.set_flow_hash((self.seq % u64::from(self.flows.max(1))) as u32);
-                    self.seq += 1;
-                    return Some(skb);
-                }
-                Err(_) => {
-                    if stop.load(Ordering::Relaxed) {
-                        return None;
-                    }
-                    // Our frames are in flight: send home the ones we freed for others, take
-                    // back ours, and let the thread holding them run.
-                    self.handle.flush_frees();
-                    self.handle.flush_remote();
-                    thread::yield_now();
-                }
-            }
-        }
+type EngineQueue = TxQueue<Skb, Box<dyn Qdisc<Skb>>, Box<dyn Driver<Skb>>>;
+
+impl Target for EngineQueue {
+    #[inline]
+    fn xmit(&self, skb: Skb) -> bool {
+        !matches!(TxQueue::xmit(self, skb), Verdict::Dropped(_))
+    }
+    fn progress(&self) -> (u64, u64, u64) {
+        let s = self.stats();
+        (s.sent, s.sent_bytes, s.dropped())
     }
 }
 
-/// Runs one workload to completion (or until `live.stop`), returning what it measured.
+/// The `Mutex<VecDeque>` peer: push, then drain inline through the driver, under the lock.
+struct MutexPeer {
+    inner: Mutex<MutexInner>,
+}
+
+struct MutexInner {
+    queue: VecDeque<Skb>,
+    driver: NullDriver,
+    batch: Fifo<Skb>,
+}
+
+impl Target for MutexPeer {
+    fn xmit(&self, skb: Skb) -> bool {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.queue.push_back(skb);
+        let MutexInner {
+            queue,
+            driver,
+            batch,
+        } = &mut *g;
+        batch.extend(queue.drain(..));
+        driver.xmit(batch, &mut ToFree::new());
+        true
+    }
+    fn progress(&self) -> (u64, u64, u64) {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (g.driver.sent(), g.driver.bytes(), 0)
+    }
+}
+
+/// The `SegQueue` peer: producers push, a dedicated TX thread pops and sends.
+struct SegQueuePeer {
+    queue: SegQueue<Skb>,
+    sent: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Target for SegQueuePeer {
+    fn xmit(&self, skb: Skb) -> bool {
+        self.queue.push(skb);
+        true
+    }
+    fn progress(&self) -> (u64, u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+            0,
+        )
+    }
+}
+
+/// Runs one workload, calling `on_tick` about once a second, and returns what it measured.
 ///
 /// # Panics
 ///
-/// If the pool cannot be built (the workload asks for an impossible frame count).
-pub fn run(w: &Workload, live: &Arc<Live>) -> Cell {
+/// If the pool or the queue cannot be built from the workload's settings (callers validate
+/// user input before).
+pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
     let pool = Pool::builder()
         .frame_count(w.frames.max(64))
         .frame_size(2048)
         .remote_batch(16)
+        .defer_max(512)
         .max_owners(w.producers + 2)
         .build()
         .expect("building the frame pool");
     let size = w.size.clamp(14, 2048 - pool.headroom());
     match w.contender {
-        Contender::Engine(strategy) => run_engine(w, strategy, &pool, size, live),
-        Contender::Mutex => run_mutex(w, &pool, size, live),
-        Contender::SegQueue => run_segqueue(w, &pool, size, live),
+        Contender::Engine(strategy) => {
+            let driver = match &w.driver {
+                Some(make) => make(),
+                None => Box::new(NullDriver::with_cost_ns(w.driver_ns)) as Box<dyn Driver<Skb>>,
+            };
+            let txq: Arc<EngineQueue> = Arc::new(
+                TxQueue::builder()
+                    .strategy(strategy)
+                    .burst_limit(w.burst_limit)
+                    .overflow(w.overflow)
+                    .latency_histogram(w.latency_histogram)
+                    .build(w.qdisc.build(), driver)
+                    .expect("valid engine settings"),
+            );
+            let mut cell = drive(w, &pool, size, txq.clone(), on_tick, &|| {
+                while txq.poll() {}
+            });
+            let stats = txq.stats();
+            let merged = txq.qdisc_stats();
+            cell.queued = txq.backlog() as u64;
+            cell.qdisc_show = Some(txq.with_qdisc(|q| ShowQdisc(&**q, merged).to_string()));
+            cell.xmit = Some(stats);
+            cell.pool = Some(pool.stats());
+            cell
+        }
+        Contender::Mutex => {
+            let peer = Arc::new(MutexPeer {
+                inner: Mutex::new(MutexInner {
+                    queue: VecDeque::with_capacity(w.frames),
+                    driver: NullDriver::with_cost_ns(w.driver_ns),
+                    batch: Fifo::new(),
+                }),
+            });
+            let mut cell = drive(w, &pool, size, peer.clone(), on_tick, &|| {});
+            cell.queued = peer.inner.lock().map(|g| g.queue.len() as u64).unwrap_or(0);
+            cell.pool = Some(pool.stats());
+            cell
+        }
+        Contender::SegQueue => {
+            let peer = Arc::new(SegQueuePeer {
+                queue: SegQueue::new(),
+                sent: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
+            });
+            let done = Arc::new(AtomicBool::new(false));
+            let tx = spawn_tx_thread(&peer, &done, &pool, w.driver_ns);
+            let mut cell = drive(w, &pool, size, peer.clone(), on_tick, &|| {
+                done.store(true, Ordering::Release);
+            });
+            tx.join().expect("TX thread");
+            let (sent, _, _) = peer.progress();
+            cell.sent = sent;
+            cell.queued = peer.queue.len() as u64;
+            cell.pool = Some(pool.stats());
+            cell
+        }
     }
 }
 
-fn spawn_producers<F>(
-    w: &Workload,
+fn spawn_tx_thread(
+    peer: &Arc<SegQueuePeer>,
+    done: &Arc<AtomicBool>,
     pool: &Pool,
-    size: usize,
-    live: &Arc<Live>,
-    start: &Arc<Barrier>,
-    send: F,
-) -> Vec<thread::JoinHandle<()>>
-where
-    F: Fn(Skb) -> bool + Send + Sync + Clone + 'static,
-{
-    (0..w.producers)
-        .map(|p| {
-            let (pool, live, start, send) =
-                (pool.clone(), live.clone(), start.clone(), send.clone());
-            let (quota, flows) = (w.packets_per_producer, w.flows);
-            thread::spawn(move || {
-                let handle = pool.handle().expect("a pool handle per producer");
-                let mut src = Source {
-                    handle,
-                    seq: 0,
-                    flows,
-                    size,
-                    producer: p as u64,
-                };
-                start.wait();
-                let mut offered = 0u64;
-                let mut dropped = 0u64;
-                while quota.is_none_or(|q| offered < q) && !live.stop.load(Ordering::Relaxed) {
-                    let Some(skb) = src.next(&live.stop) else {
-                        break;
-                    };
-                    offered += 1;
-                    if !send(skb) {
-                        dropped += 1;
-                    }
-                    if offered % 1024 == 0 {
-                        live.offered.fetch_add(1024, Ordering::Relaxed);
-                        live.dropped_now.fetch_add(dropped, Ordering::Relaxed);
-                        dropped = 0;
-                    }
+    driver_ns: u32,
+) -> thread::JoinHandle<()> {
+    let (peer, done, pool) = (peer.clone(), done.clone(), pool.clone());
+    thread::spawn(move || {
+        let mut handle = pool.handle().expect("a pool handle for the TX thread");
+        let mut driver = NullDriver::with_cost_ns(driver_ns);
+        let mut batch = Fifo::new();
+        let mut to_free = ToFree::new();
+        loop {
+            while batch.len() < 64 {
+                let Some(skb) = peer.queue.pop() else { break };
+                batch.push_back(skb);
+            }
+            if batch.is_empty() {
+                if done.load(Ordering::Acquire) && peer.queue.is_empty() {
+                    break;
                 }
-                live.offered.fetch_add(offered % 1024, Ordering::Relaxed);
-                live.dropped_now.fetch_add(dropped, Ordering::Relaxed);
-                src.handle.flush_frees();
-            })
-        })
-        .collect()
+                handle.flush_frees();
+                thread::yield_now();
+                continue;
+            }
+            driver.xmit(&mut batch, &mut to_free);
+            peer.sent.store(driver.sent(), Ordering::Relaxed);
+            peer.bytes.store(driver.bytes(), Ordering::Relaxed);
+        }
+        handle.flush_frees();
+    })
 }
 
-fn run_engine(
+/// Starts the producers against `target`, samples progress once a second, stops them at the
+/// end of the duration, runs `finish` (the target's flush) and measures.
+fn drive<T: Target>(
     w: &Workload,
-    strategy: Strategy,
     pool: &Pool,
     size: usize,
-    live: &Arc<Live>,
+    target: Arc<T>,
+    on_tick: &mut dyn FnMut(&Tick),
+    finish: &dyn Fn(),
 ) -> Cell {
-    let txq = Arc::new(
-        TxQueue::builder()
-            .strategy(strategy)
-            .burst_limit(w.burst_limit)
-            .overflow(w.overflow)
-            .latency_histogram(w.latency_histogram)
-            .build(w.qdisc.build(), NullDriver::with_cost_ns(w.driver_ns))
-            .expect("valid engine settings"),
-    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let offered = Arc::new(AtomicU64::new(0));
     let start = Arc::new(Barrier::new(w.producers + 1));
-    let q = txq.clone();
-    let producers = spawn_producers(w, pool, size, live, &start, move |skb| {
-        !matches!(q.xmit(skb), Verdict::Dropped(_))
-    });
+    let producers: Vec<_> = (0..w.producers)
+        .map(|p| {
+            let ctx = Producer {
+                pool: pool.clone(),
+                stop: stop.clone(),
+                offered: offered.clone(),
+                start: start.clone(),
+                quota: w.packets_per_producer,
+                flows: w.flows.max(1),
+                size,
+                rate: w.rate_pps,
+                writer: w.writer.clone(),
+                id: p as u64,
+            };
+            let target = target.clone();
+            thread::spawn(move || ctx.run(&*target))
+        })
+        .collect();
     start.wait();
     let (t0, c0) = (Instant::now(), process_cpu_time());
+    let deadline = w.duration.map(|d| t0 + d);
+    let mut next_tick = t0 + Duration::from_secs(1);
+    while !producers.iter().all(|p| p.is_finished()) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        if now >= next_tick {
+            let (sent, sent_bytes, dropped) = target.progress();
+            on_tick(&Tick {
+                elapsed: now - t0,
+                offered: offered.load(Ordering::Relaxed),
+                sent,
+                sent_bytes,
+                dropped,
+                cpu: process_cpu_time() - c0,
+            });
+            next_tick += Duration::from_secs(1);
+        }
+        // Sampling cadence of the progress meter, not synchronization: joins follow.
+        let wake = deadline.map_or(next_tick, |d| d.min(next_tick));
+        thread::sleep(
+            wake.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(20)),
+        );
+    }
     for p in producers {
         p.join().expect("producer thread");
     }
-    while txq.poll() {}
+    finish();
     let (elapsed, cpu) = (t0.elapsed(), process_cpu_time() - c0);
-    let stats = txq.stats();
-    let merged = txq.qdisc_stats();
-    let show = txq.with_qdisc(|q| format!("{}", ShowQdisc(&**q, merged)));
+    let (sent, _, dropped) = target.progress();
     Cell {
-        offered: live.offered.load(Ordering::Relaxed),
-        sent: stats.sent,
-        dropped: stats.dropped(),
-        queued: txq.backlog() as u64,
+        offered: offered.load(Ordering::Relaxed),
+        sent,
+        dropped,
         elapsed,
         cpu,
-        xmit: Some(stats),
-        qdisc_show: Some(show),
-        pool: Some(pool.stats()),
+        ..Cell::default()
+    }
+}
+
+/// One producer thread's settings.
+struct Producer {
+    pool: Pool,
+    stop: Arc<AtomicBool>,
+    offered: Arc<AtomicU64>,
+    start: Arc<Barrier>,
+    quota: Option<u64>,
+    flows: u32,
+    size: usize,
+    rate: Option<u64>,
+    writer: Option<PacketWriter>,
+    id: u64,
+}
+
+impl Producer {
+    fn run<T: Target>(self, target: &T) {
+        let mut handle = self.pool.handle().expect("a pool handle per producer");
+        self.start.wait();
+        let t0 = Instant::now();
+        let gap = self
+            .rate
+            .map(|r| Duration::from_secs_f64(1.0 / r.max(1) as f64));
+        let mut seq = 0u64;
+        let mut unpublished = 0u64;
+        while self.quota.is_none_or(|q| seq < q) && !self.stop.load(Ordering::Relaxed) {
+            if let Some(gap) = gap {
+                pace(t0 + gap.mul_f64(seq as f64), &self.stop);
+            }
+            let Some(mut skb) = alloc(&mut handle, &self.stop) else {
+                break;
+            };
+            let flow = (seq % u64::from(self.flows)) as u32;
+            if skb.put(self.size).is_err() {
+                break;
+            }
+            match &self.writer {
+                Some(write) => write(&mut skb, self.id, seq, flow),
+                None => {
+                    let head = (self.id << 48 | seq).to_be_bytes();
+                    let data = skb.data_mut();
+                    let n = head.len().min(data.len());
+                    data[..n].copy_from_slice(&head[..n]);
+                }
+            }
+            skb.set_flow_hash(flow.wrapping_mul(0x9e37_79b9) ^ self.id as u32);
+            seq += 1;
+            unpublished += 1;
+            target.xmit(skb);
+            if unpublished == 1024 {
+                self.offered.fetch_add(unpublished, Ordering::Relaxed);
+                unpublished = 0;
+            }
+        }
+        self.offered.fetch_add(unpublished, Ordering::Relaxed);
+        handle.flush_frees();
+    }
+}
+
+/// A frame, waiting for one if every frame is in flight (backpressure).
+fn alloc(handle: &mut skb_pool::PoolHandle, stop: &AtomicBool) -> Option<Skb> {
+    loop {
+        match handle.alloc() {
+            Ok(skb) => return Some(skb),
+            Err(_) if stop.load(Ordering::Relaxed) => return None,
+            Err(_) => {
+                // Send home the frames we freed for others, take back ours, let the thread
+                // holding them run.
+                handle.flush_frees();
+                handle.flush_remote();
+                thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Waits until `at` (sleeping when far, spinning when near), or until stopped.
+fn pace(at: Instant, stop: &AtomicBool) {
+    loop {
+        let now = Instant::now();
+        if now >= at || stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let left = at - now;
+        if left > Duration::from_micros(100) {
+            thread::sleep(left - Duration::from_micros(50));
+        } else {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -377,107 +606,5 @@ impl fmt::Display for ShowQdisc<'_> {
         writeln!(f, "qdisc {} 0: root refcnt 2", self.0.kind())?;
         write!(f, "{}", self.1)?;
         self.0.fmt_xstats(f)
-    }
-}
-
-fn run_mutex(w: &Workload, pool: &Pool, size: usize, live: &Arc<Live>) -> Cell {
-    struct Shared {
-        queue: VecDeque<Skb>,
-        driver: NullDriver,
-        batch: Fifo<Skb>,
-    }
-    let shared = Arc::new(Mutex::new(Shared {
-        queue: VecDeque::with_capacity(w.frames),
-        driver: NullDriver::with_cost_ns(w.driver_ns),
-        batch: Fifo::new(),
-    }));
-    let start = Arc::new(Barrier::new(w.producers + 1));
-    let s = shared.clone();
-    let producers = spawn_producers(w, pool, size, live, &start, move |skb| {
-        let mut g = s.lock().unwrap_or_else(|e| e.into_inner());
-        g.queue.push_back(skb);
-        let Shared {
-            queue,
-            driver,
-            batch,
-        } = &mut *g;
-        batch.extend(queue.drain(..));
-        let mut to_free = ToFree::new();
-        driver.xmit(batch, &mut to_free);
-        true
-    });
-    start.wait();
-    let (t0, c0) = (Instant::now(), process_cpu_time());
-    for p in producers {
-        p.join().expect("producer thread");
-    }
-    let (elapsed, cpu) = (t0.elapsed(), process_cpu_time() - c0);
-    let g = shared.lock().unwrap_or_else(|e| e.into_inner());
-    Cell {
-        offered: live.offered.load(Ordering::Relaxed),
-        sent: g.driver.sent(),
-        dropped: 0,
-        queued: g.queue.len() as u64,
-        elapsed,
-        cpu,
-        pool: Some(pool.stats()),
-        ..Cell::default()
-    }
-}
-
-fn run_segqueue(w: &Workload, pool: &Pool, size: usize, live: &Arc<Live>) -> Cell {
-    let queue = Arc::new(SegQueue::<Skb>::new());
-    let done = Arc::new(AtomicBool::new(false));
-    let start = Arc::new(Barrier::new(w.producers + 2));
-    let tx = {
-        let (queue, done, start, pool) = (queue.clone(), done.clone(), start.clone(), pool.clone());
-        let driver_ns = w.driver_ns;
-        thread::spawn(move || {
-            let mut handle = pool.handle().expect("a pool handle for the TX thread");
-            let mut driver = NullDriver::with_cost_ns(driver_ns);
-            let mut batch = Fifo::new();
-            let mut to_free = ToFree::new();
-            start.wait();
-            loop {
-                while batch.len() < 64 {
-                    let Some(skb) = queue.pop() else { break };
-                    batch.push_back(skb);
-                }
-                if batch.is_empty() {
-                    if done.load(Ordering::Acquire) && queue.is_empty() {
-                        break;
-                    }
-                    handle.flush_frees();
-                    thread::yield_now();
-                    continue;
-                }
-                driver.xmit(&mut batch, &mut to_free);
-            }
-            handle.flush_frees();
-            driver.sent()
-        })
-    };
-    let q = queue.clone();
-    let producers = spawn_producers(w, pool, size, live, &start, move |skb| {
-        q.push(skb);
-        true
-    });
-    start.wait();
-    let (t0, c0) = (Instant::now(), process_cpu_time());
-    for p in producers {
-        p.join().expect("producer thread");
-    }
-    done.store(true, Ordering::Release);
-    let sent = tx.join().expect("TX thread");
-    let (elapsed, cpu) = (t0.elapsed(), process_cpu_time() - c0);
-    Cell {
-        offered: live.offered.load(Ordering::Relaxed),
-        sent,
-        dropped: 0,
-        queued: queue.len() as u64,
-        elapsed,
-        cpu,
-        pool: Some(pool.stats()),
-        ..Cell::default()
     }
 }

@@ -1,0 +1,184 @@
+//! Runs the `pktgen` example binary the way a user would and checks what it prints: JSON
+//! figures for every strategy and qdisc on the null driver (packets sent, conservation, the
+//! documented fields), and the one-line error with exit code 2 for bad options.
+
+use std::process::{Command, Output};
+
+/// The example binary: cargo builds examples for a plain `cargo test`; when only this test was
+/// asked for, build it the same way (same profile, same target directory).
+fn pktgen() -> Command {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let path = profile_dir.join("examples").join("pktgen");
+    BUILT.call_once(|| {
+        let mut build = Command::new(env!("CARGO"));
+        build.args(["build", "--quiet", "--example", "pktgen"]);
+        if profile_dir.ends_with("release") {
+            build.arg("--release");
+        }
+        build.current_dir(env!("CARGO_MANIFEST_DIR"));
+        let status = build
+            .status()
+            .expect("running cargo build --example pktgen");
+        assert!(status.success(), "building the pktgen example failed");
+    });
+    assert!(
+        path.exists(),
+        "pktgen example not built at {}",
+        path.display()
+    );
+    Command::new(path)
+}
+
+fn run(args: &[&str]) -> Output {
+    pktgen().args(args).output().expect("running pktgen")
+}
+
+/// A tiny extractor for the flat JSON objects pktgen prints: `"key":value`.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let pat = format!("\"{key}\":");
+    let start = line.find(&pat)? + pat.len();
+    let rest = &line[start..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Some(rest[..end].trim_matches('"'))
+}
+
+fn num(line: &str, key: &str) -> f64 {
+    field(line, key)
+        .unwrap_or_else(|| panic!("field {key} missing in {line}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("field {key} not a number in {line}"))
+}
+
+#[test]
+fn json_run_for_every_strategy_and_qdisc() {
+    for strategy in ["busylock", "defer", "nolock"] {
+        for qdisc in ["pfifo", "pfifo_fast", "fq"] {
+            let out = run(&[
+                "--duration",
+                "1",
+                "--json",
+                "--threads",
+                "3",
+                "--flows",
+                "8",
+                "--strategy",
+                strategy,
+                "--qdisc",
+                qdisc,
+            ]);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{strategy}/{qdisc}: {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let line = stdout.lines().last().expect("one JSON line");
+            for key in [
+                "offered",
+                "sent",
+                "dropped",
+                "pps",
+                "cpu_ns_per_pkt",
+                "strategy",
+                "threads",
+            ] {
+                assert!(field(line, key).is_some(), "{key} missing: {line}");
+            }
+            assert_eq!(field(line, "strategy"), Some(strategy));
+            assert_eq!(field(line, "qdisc"), Some(qdisc));
+            let (offered, sent, dropped, queued) = (
+                num(line, "offered"),
+                num(line, "sent"),
+                num(line, "dropped"),
+                num(line, "queued"),
+            );
+            assert!(sent > 0.0, "{strategy}/{qdisc}: nothing sent: {line}");
+            assert_eq!(offered, sent + dropped + queued, "conservation: {line}");
+            assert_eq!(queued, 0.0, "queue not flushed: {line}");
+            assert!(num(line, "pps") > 0.0 && num(line, "cpu_ns_per_pkt") > 0.0);
+        }
+    }
+}
+
+#[test]
+fn compare_prints_one_json_cell_per_strategy_and_thread_count() {
+    let out = run(&["--compare", "1,2", "--duration", "0.3", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 10, "2 thread counts x 5 contenders: {stdout}");
+    for name in ["busylock", "defer", "nolock", "mutex", "segqueue"] {
+        for t in ["1", "2"] {
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| field(l, "strategy") == Some(name) && field(l, "threads") == Some(t)),
+                "no cell for {name} at {t} threads"
+            );
+        }
+    }
+    for l in &lines {
+        assert_eq!(
+            num(l, "offered"),
+            num(l, "sent") + num(l, "dropped") + num(l, "queued")
+        );
+    }
+}
+
+#[test]
+fn bad_options_exit_2_with_a_one_line_error_naming_the_option() {
+    for (args, option, accepted) in [
+        (&["--strategy", "spin"][..], "--strategy", "busylock"),
+        (&["--qdisc", "htb"][..], "--qdisc", "pfifo_fast"),
+        (&["--driver", "tap:eth0"][..], "--driver", "null"),
+        (&["--duration", "0"][..], "--duration", "seconds"),
+        (&["--size", "9000"][..], "--size", "1792"),
+        (&["--threads", "0"][..], "--threads", "1"),
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?} should exit 2");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{args:?}: not one line: {stderr}");
+        assert!(
+            lines[0].contains(option),
+            "{args:?}: option not named: {stderr}"
+        );
+        assert!(
+            lines[0].contains(accepted),
+            "{args:?}: accepted values not named: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn help_explains_every_option() {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for opt in [
+        "--driver",
+        "--threads",
+        "--strategy",
+        "--qdisc",
+        "--flows",
+        "--size",
+        "--rate",
+        "--duration",
+        "--burst-limit",
+        "--overflow",
+        "--compare",
+        "--json",
+    ] {
+        assert!(help.contains(opt), "--help does not mention {opt}");
+    }
+}
