@@ -1,4 +1,6 @@
-//! lockless-xmit: lock-free transmit-path primitives for user-space dataplanes.
+#![doc = include_str!("../README.md")]
+//!
+//! ## This crate
 //!
 //! This crate re-exports the workspace's four crates:
 //! - [`llist_defer`]: the intrusive lock-free list and the bounded, counted defer list;
