@@ -164,10 +164,24 @@ impl TxQueueBuilder {
 
 /// Packets on their way to the driver, owned by the runner. If a driver or qdisc panics while
 /// a runner holds the role, dropping this during the unwind counts the batch as
-/// [`DropReason::Panic`] and gives the role back, so the next `xmit` proceeds.
+/// [`DropReason::Panic`] and, if the role is still `held`, gives it back, so the next `xmit`
+/// proceeds.
 struct RunRole<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> {
     txq: &'q TxQueue<P, Q, D>,
     batch: Fifo<P>,
+    /// Whether this thread still holds the role (false once it let go, e.g. before calling
+    /// the waker): a panic after that must not release a role another thread may hold now.
+    held: bool,
+}
+
+impl<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> RunRole<'q, P, Q, D> {
+    fn new(txq: &'q TxQueue<P, Q, D>, batch: Fifo<P>) -> Self {
+        RunRole {
+            txq,
+            batch,
+            held: true,
+        }
+    }
 }
 
 impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for RunRole<'_, P, Q, D> {
@@ -178,7 +192,60 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for RunRole<'_, P, Q, D> {
         let lost = self.batch.len() as u64;
         self.txq.counters.drops[DropReason::Panic.index()].add(lost);
         drop(core::mem::take(&mut self.batch));
-        self.txq.release_role_after_panic();
+        if self.held {
+            self.txq.release_role_after_panic();
+        }
+    }
+}
+
+/// Packets a thread holds under the root lock on their way into the qdisc. If the qdisc
+/// panics, the rest of the batch and the packet it was handed (`in_call`) count as
+/// [`DropReason::Panic`]; the batch's frames go home as it drops.
+struct InHand<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> {
+    txq: &'q TxQueue<P, Q, D>,
+    batch: Fifo<P>,
+    in_call: u64,
+}
+
+impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for InHand<'_, P, Q, D> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let lost = self.batch.len() as u64 + self.in_call;
+            self.txq.counters.drops[DropReason::Panic.index()].add(lost);
+        }
+    }
+}
+
+/// A to-free list that is freed and counted by reason when it goes out of scope, also when a
+/// panic unwinds through its owner (by then the callee's lock guards are released).
+struct Dropped<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> {
+    txq: &'q TxQueue<P, Q, D>,
+    list: ToFree<P>,
+}
+
+impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for Dropped<'_, P, Q, D> {
+    fn drop(&mut self) {
+        self.txq.free(core::mem::take(&mut self.list));
+    }
+}
+
+/// The batch while the driver has it. If the driver panics, the packets it took from the
+/// batch and neither left there nor put on `to_free` died in its hands: [`DropReason::Panic`]
+/// (the engine cannot know whether any of them reached the wire).
+struct DriverCall<'a, P: Packet> {
+    batch: &'a mut Fifo<P>,
+    to_free: &'a mut ToFree<P>,
+    handed: usize,
+    to_free_before: usize,
+    panics: &'a super::stats::Counter,
+}
+
+impl<P: Packet> Drop for DriverCall<'_, P> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let kept = self.batch.len() + (self.to_free.len() - self.to_free_before);
+            self.panics.add(self.handed.saturating_sub(kept) as u64);
+        }
     }
 }
 
@@ -199,14 +266,48 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
 
     #[inline]
     fn xmit_inner(&self, pkt: P) -> Verdict {
-        let mut to_free = ToFree::new();
-        let v = match self.cfg.strategy {
-            Strategy::DeferList => self.xmit_defer(pkt, &mut to_free),
-            Strategy::BusyLock => self.xmit_busylock(pkt, &mut to_free),
-            Strategy::NoLock | Strategy::NoLockNaive => self.xmit_nolock(pkt, &mut to_free),
+        let mut dropped = self.dropped();
+        let to_free = &mut dropped.list;
+        match self.cfg.strategy {
+            Strategy::DeferList => self.xmit_defer(pkt, to_free),
+            Strategy::BusyLock => self.xmit_busylock(pkt, to_free),
+            Strategy::NoLock | Strategy::NoLockNaive => self.xmit_nolock(pkt, to_free),
+        }
+        // `dropped` frees here, outside every lock (and on unwind, counted).
+    }
+
+    fn dropped(&self) -> Dropped<'_, P, Q, D> {
+        Dropped {
+            txq: self,
+            list: ToFree::new(),
+        }
+    }
+
+    /// Enqueues `batch` in order (dropping it if deactivated); returns the last verdict. A
+    /// panicking qdisc costs the packets in hand, counted (see [`InHand`]).
+    fn enqueue_all(
+        &self,
+        root: &mut Root<P, Q>,
+        batch: Fifo<P>,
+        to_free: &mut ToFree<P>,
+    ) -> Verdict {
+        let mut hand = InHand {
+            txq: self,
+            batch,
+            in_call: 0,
         };
-        self.free(to_free);
-        v
+        let mut rc = Verdict::Success;
+        while let Some(p) = hand.batch.pop_front() {
+            if root.deactivated {
+                to_free.drop_packet(p, DropReason::Deactivated);
+                rc = Verdict::Dropped(DropReason::Deactivated);
+                continue;
+            }
+            hand.in_call = 1;
+            rc = root.qdisc.enqueue(p, to_free);
+            hand.in_call = 0;
+        }
+        rc
     }
 
     /// Frees dropped packets (outside every lock) and counts them by reason.
@@ -332,10 +433,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             return Verdict::Success;
         }
         let single = batch.len() == 1;
-        let mut rc = Verdict::Success;
-        while let Some(p) = batch.pop_front() {
-            rc = root.qdisc.enqueue(p, to_free);
-        }
+        let rc = self.enqueue_all(&mut root, batch, to_free);
         if !self.is_running() {
             self.run_begin_locked(&root);
             drop(self.run(root, Fifo::new(), false, to_free));
@@ -373,7 +471,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             drop(self.run(root, Fifo::from_iter([pkt]), true, to_free));
             return Verdict::Success;
         }
-        let rc = root.qdisc.enqueue(pkt, to_free);
+        let rc = self.enqueue_all(&mut root, Fifo::from_iter([pkt]), to_free);
         if !self.is_running() {
             self.run_begin_locked(&root);
             drop(busy.take());
@@ -394,10 +492,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         bypass: bool,
         to_free: &mut ToFree<P>,
     ) -> MutexGuard<'a, Root<P, Q>> {
-        let mut role = RunRole {
-            txq: self,
-            batch: first,
-        };
+        let mut role = RunRole::new(self, first);
         let mut bypass = bypass;
         let mut quota = self.cfg.quota;
         // DeferList (with `runner_absorbs`): the runner keeps the root lock while it sends and
@@ -447,6 +542,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                         self.state.fetch_or(SCHED, Ordering::Release);
                         // PENDING goes too: the poll loop we wake drains the defer list.
                         self.running.swap(0, Ordering::AcqRel);
+                        role.held = false;
                         drop(root);
                         if let Some(w) = &self.waker {
                             w();
@@ -494,15 +590,9 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         if self.defer.is_empty() {
             return;
         }
-        let mut batch = self.defer.take_all().reverse();
+        let batch = self.defer.take_all().reverse();
         self.notify_room();
-        while let Some(p) = batch.pop_front() {
-            if root.deactivated {
-                to_free.drop_packet(p, DropReason::Deactivated);
-            } else {
-                root.qdisc.enqueue(p, to_free);
-            }
-        }
+        self.enqueue_all(root, batch, to_free);
     }
 
     /// Wakes producers parked by `Overflow::Wait` after a drain reset the burst count.
@@ -540,8 +630,18 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     ) -> (usize, bool) {
         let bytes_before: u64 = batch.iter().map(|p| p.len() as u64).sum();
         let to_free_len_before = to_free.len();
+        let call = DriverCall {
+            handed: batch.len(),
+            to_free_before: to_free_len_before,
+            batch: &mut *batch,
+            to_free: &mut *to_free,
+            panics: &self.counters.drops[DropReason::Panic.index()],
+        };
         // SAFETY: only runners call `transmit`, and they hold the run role.
-        let res = unsafe { self.driver_mut(|d| (!d.is_stopped()).then(|| d.xmit(batch, to_free))) };
+        let res = unsafe {
+            self.driver_mut(|d| (!d.is_stopped()).then(|| d.xmit(call.batch, call.to_free)))
+        };
+        drop(call);
         let Some(res) = res else {
             self.counters.driver_stops.add_by_runner(1);
             return (0, true);
@@ -614,7 +714,11 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                 return Verdict::Dropped(DropReason::Deactivated);
             }
             if self.state.load(Ordering::Relaxed) & (MISSED | DRAINING) != 0 || root.qlen() != 0 {
-                rc = root.qdisc.enqueue(pkt, to_free);
+                // We hold the seqlock: give it back if the qdisc panics.
+                let mut role = RunRole::new(self, Fifo::new());
+                rc = self.enqueue_all(&mut root, Fifo::from_iter([pkt]), to_free);
+                role.held = false;
+                drop(role);
                 drop(root);
                 self.nolock_run(Fifo::new(), false, to_free);
             } else {
@@ -630,7 +734,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                 to_free.drop_packet(pkt, DropReason::Deactivated);
                 return Verdict::Dropped(DropReason::Deactivated);
             }
-            rc = root.qdisc.enqueue(pkt, to_free);
+            rc = self.enqueue_all(&mut root, Fifo::from_iter([pkt]), to_free);
         }
         if self.nolock_run_begin() {
             self.nolock_run(Fifo::new(), false, to_free);
@@ -659,10 +763,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
 
     /// `__qdisc_run` for NoLock: the caller holds the seqlock.
     fn nolock_run(&self, first: Fifo<P>, bypass: bool, to_free: &mut ToFree<P>) {
-        let mut role = RunRole {
-            txq: self,
-            batch: first,
-        };
+        let mut role = RunRole::new(self, first);
         let mut bypass = bypass;
         let mut quota = self.cfg.quota;
         let mut rescanned = false;
@@ -760,7 +861,16 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                 // The unwinding runner may still hold the root lock in a guard dropped after
                 // this one, so no lock here: the next caller that takes the lock sees the role
                 // free and runs whatever is queued.
-                self.running.swap(0, Ordering::AcqRel);
+                let prev = self.running.swap(0, Ordering::AcqRel);
+                if prev & PENDING != 0 {
+                    // A first pusher left its batch to us and returned; nobody else will take
+                    // the defer list (later pushers see it non-empty), so it dies with us.
+                    // Later first pushers see the role free and drain by themselves.
+                    let lost = self.defer.take_all();
+                    self.counters.drops[DropReason::Panic.index()].add(lost.len() as u64);
+                    drop(lost);
+                    self.notify_room();
+                }
             }
         }
     }
@@ -773,27 +883,28 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// anything was left queued afterwards.
     pub fn poll(&self) -> bool {
         self.state.fetch_and(!SCHED, Ordering::AcqRel);
-        let mut to_free = ToFree::new();
+        let mut dropped = self.dropped();
+        let to_free = &mut dropped.list;
         match self.cfg.strategy {
             Strategy::NoLock | Strategy::NoLockNaive => {
                 if self.nolock_run_begin() {
-                    self.nolock_run(Fifo::new(), false, &mut to_free);
-                    self.nolock_finish(&mut to_free);
+                    self.nolock_run(Fifo::new(), false, to_free);
+                    self.nolock_finish(to_free);
                 }
             }
             Strategy::DeferList => {
                 let root = self.lock_root();
-                self.drain(root, &mut to_free);
+                self.drain(root, to_free);
             }
             Strategy::BusyLock => {
                 let root = self.lock_root();
                 if !self.is_running() && !root.deactivated && root.qlen() != 0 {
                     self.run_begin_locked(&root);
-                    drop(self.run(root, Fifo::new(), false, &mut to_free));
+                    drop(self.run(root, Fifo::new(), false, to_free));
                 }
             }
         }
-        self.free(to_free);
+        drop(dropped);
         self.backlog() != 0 || !self.defer.is_empty()
     }
 
@@ -811,7 +922,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// list and the defer list, is dropped with [`DropReason::Deactivated`], and so is every
     /// packet arriving until [`activate`](TxQueue::activate). Returns how many were dropped.
     pub fn deactivate(&self) -> usize {
-        let mut to_free = ToFree::new();
+        let mut dropped = self.dropped();
+        let to_free = &mut dropped.list;
         {
             let mut root = self.lock_root();
             root.deactivated = true;
@@ -819,14 +931,12 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             while let Some(p) = requeue.pop_front() {
                 to_free.drop_packet(p, DropReason::Deactivated);
             }
-            qdisc.reset(&mut to_free, DropReason::Deactivated);
+            qdisc.reset(to_free, DropReason::Deactivated);
             for p in self.defer.take_all() {
                 to_free.drop_packet(p, DropReason::Deactivated);
             }
         }
-        let n = to_free.len();
-        self.free(to_free);
-        n
+        to_free.len()
     }
 
     /// Lets packets through again after [`deactivate`](TxQueue::deactivate).
@@ -838,15 +948,13 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// dropped with [`DropReason::Deactivated`], as the kernel resets a replaced qdisc; the old
     /// qdisc is returned for its statistics. Requeued packets stay and go first.
     pub fn replace_qdisc(&self, new: Q) -> Q {
-        let mut to_free = ToFree::new();
-        let old = {
-            let mut root = self.lock_root();
-            self.bypass_ok.store(new.can_bypass(), Ordering::Relaxed);
-            let mut old = core::mem::replace(&mut root.qdisc, new);
-            old.reset(&mut to_free, DropReason::Deactivated);
-            old
-        };
-        self.free(to_free);
+        let mut dropped = self.dropped();
+        let mut root = self.lock_root();
+        self.bypass_ok.store(new.can_bypass(), Ordering::Relaxed);
+        let mut old = core::mem::replace(&mut root.qdisc, new);
+        old.reset(&mut dropped.list, DropReason::Deactivated);
+        drop(root);
+        drop(dropped);
         old
     }
 
@@ -861,7 +969,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// Runs `f` on the driver: takes the run role (waiting for a current runner to finish),
     /// calls `f`, then runs whatever was queued meanwhile, like any runner, and lets go.
     pub fn with_driver<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
-        let mut to_free = ToFree::new();
+        let mut dropped = self.dropped();
+        let to_free = &mut dropped.list;
         let r = match self.cfg.strategy {
             Strategy::NoLock | Strategy::NoLockNaive => {
                 while self
@@ -871,10 +980,14 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                 {
                     std::thread::yield_now();
                 }
+                // A panic in `f` gives the role back.
+                let mut role = RunRole::new(self, Fifo::new());
                 // SAFETY: we hold the seqlock, the NoLock run role.
                 let r = unsafe { self.driver_mut(f) };
-                self.nolock_run(Fifo::new(), false, &mut to_free);
-                self.nolock_finish(&mut to_free);
+                role.held = false;
+                drop(role);
+                self.nolock_run(Fifo::new(), false, to_free);
+                self.nolock_finish(to_free);
                 r
             }
             Strategy::BusyLock | Strategy::DeferList => {
@@ -886,14 +999,18 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                 }
                 self.run_begin_locked(&root);
                 drop(root);
+                // A panic in `f` gives the role back.
+                let mut role = RunRole::new(self, Fifo::new());
                 // SAFETY: we set `running` under the root lock after seeing it clear.
                 let r = unsafe { self.driver_mut(f) };
+                role.held = false;
+                drop(role);
                 let root = self.lock_root();
-                drop(self.run(root, Fifo::new(), false, &mut to_free));
+                drop(self.run(root, Fifo::new(), false, to_free));
                 r
             }
         };
-        self.free(to_free);
+        drop(dropped);
         r
     }
 
