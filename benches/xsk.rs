@@ -11,9 +11,12 @@
 //!   instead of 32), on the veth's second queue.
 //! - `sendmmsg`: one `sendmmsg(2)` per 64 datagrams on a connected UDP socket.
 //! - `io_uring`: one submission of 64 `IORING_OP_SEND` per batch on a connected UDP socket.
+//! - `pipeline`: the full path — a frame allocated from the `skb-pool` per packet (the
+//!   Ethernet/IPv4/UDP frame copied in from a template), `XskDevice::xmit` through the
+//!   `TxQueue` engine (DeferList) and a `pfifo`, the `XskDriver` writing descriptors and kicking
+//!   every 32, completions reaped back to the producer's pool cache — on the veth's third queue.
 //!
-//! To add a variant (e.g. the full pool + `TxQueue` + qdisc pipeline) implement [`TxVariant`] and
-//! push it in `variants()`. The bench needs root for the namespaces; without it it prints a
+//! To add a variant implement [`TxVariant`] and push it in `variants()`. The bench needs root for the namespaces; without it it prints a
 //! skip line and exits 0. After criterion's report it prints a table of packets/s sent, the
 //! share the receiver got, and process CPU time per packet, from a fixed 1 s run per variant.
 //!
@@ -26,11 +29,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::cell::RefCell;
+
 use criterion::{Criterion, Throughput};
+use qdisc::{Pfifo, TxQueue, Verdict};
+use skb_pool::{Pool, PoolHandle, Skb};
 use xsk_tx::netns::{self, VethPair};
 use xsk_tx::packet::UdpFlow;
 use xsk_tx::{
-    BindMode, MmapRegion, SocketConfig, UdpIoUring, UdpSendmmsg, Umem, XdpDesc, XskSocket,
+    BindMode, MmapRegion, SocketConfig, UdpIoUring, UdpSendmmsg, Umem, XdpDesc, XskDevice,
+    XskSocket,
 };
 
 /// UDP payload bytes per datagram.
@@ -125,6 +133,75 @@ impl TxVariant for AfXdp {
     }
 }
 
+thread_local! {
+    /// The bench thread's pool handle (`PoolHandle` is `!Send`: made on first use).
+    static HANDLE: RefCell<Option<PoolHandle>> = const { RefCell::new(None) };
+}
+
+/// The full pipeline: pool + `TxQueue` + pfifo + AF_XDP.
+struct Pipeline {
+    dev: XskDevice<Pfifo<Skb>>,
+    pool: Pool,
+    template: Vec<u8>,
+}
+
+impl Pipeline {
+    fn new(ifname: &str, queue: u32, flow: UdpFlow) -> Pipeline {
+        let pool = Pool::builder().frame_count(4096).build().expect("pool");
+        let cfg = SocketConfig::new()
+            .tx_size(2048)
+            .comp_size(2048)
+            .mode(BindMode::Copy);
+        // One queue of its own: the other AF_XDP variants hold queues 0 and 1.
+        let dev = XskDevice::open_range(
+            ifname,
+            queue..queue + 1,
+            &pool,
+            |_| Pfifo::<Skb>::builder().limit(4096).build().expect("pfifo"),
+            TxQueue::builder(),
+            &cfg,
+        )
+        .expect("XskDevice");
+        let mut template = vec![0u8; 2048];
+        let len = flow.write(&mut template, &[0x5au8; PAYLOAD]).expect("fits");
+        template.truncate(len);
+        Pipeline {
+            dev,
+            pool,
+            template,
+        }
+    }
+}
+
+impl TxVariant for Pipeline {
+    fn name(&self) -> &'static str {
+        "pipeline"
+    }
+    fn send(&mut self, n: u64) {
+        HANDLE.with(|h| {
+            let mut h = h.borrow_mut();
+            let h = h.get_or_insert_with(|| self.pool.handle().expect("pool handle"));
+            for _ in 0..n {
+                let mut skb = loop {
+                    match h.alloc() {
+                        Ok(skb) => break skb,
+                        Err(_) => {
+                            self.dev.poll();
+                        }
+                    }
+                };
+                skb.put_slice(&self.template).expect("frame fits");
+                skb.set_flow_hash(0x9e37_79b9);
+                let v = self.dev.xmit(skb);
+                debug_assert_eq!(v, Verdict::Success);
+            }
+        });
+    }
+    fn finish(&mut self) {
+        while self.dev.poll() {}
+    }
+}
+
 /// Plain `sendmmsg`.
 struct Sendmmsg(UdpSendmmsg);
 
@@ -182,6 +259,7 @@ fn variants(veth: &VethPair) -> Vec<Box<dyn TxVariant>> {
             vec![
                 Box::new(AfXdp::new("af_xdp", &ifname, 0, 32, flow)),
                 Box::new(AfXdp::new("af_xdp_b256", &ifname, 1, 256, flow)),
+                Box::new(Pipeline::new(&ifname, 2, flow)),
                 Box::new(Sendmmsg(
                     UdpSendmmsg::new(from, to).expect("sendmmsg socket"),
                 )),
@@ -276,7 +354,7 @@ fn main() {
         println!("SKIPPED: bench xsk: {reason} (needs root and iproute2 for a veth pair)");
         return;
     }
-    let veth = match VethPair::create(2) {
+    let veth = match VethPair::create(3) {
         Ok(v) => v,
         Err(e) => {
             println!("SKIPPED: bench xsk: cannot create namespaces/veth: {e}");

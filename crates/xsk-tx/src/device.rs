@@ -126,23 +126,41 @@ impl<Q: Qdisc<Skb>> XskDevice<Q> {
         ifname: &str,
         queues: u32,
         pool: &Pool,
+        qdisc: impl FnMut(u32) -> Q,
+        txq: TxQueueBuilder,
+        cfg: &SocketConfig,
+    ) -> Result<XskDevice<Q>> {
+        Self::open_range(ifname, 0..queues, pool, qdisc, txq, cfg)
+    }
+
+    /// As [`open_with`](XskDevice::open_with), on NIC queues `queues` (device queue `i` is NIC
+    /// queue `queues.start + i`; `qdisc` is called with the NIC queue id), leaving the others
+    /// to other users.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](XskDevice::open).
+    pub fn open_range(
+        ifname: &str,
+        queues: std::ops::Range<u32>,
+        pool: &Pool,
         mut qdisc: impl FnMut(u32) -> Q,
         txq: TxQueueBuilder,
         cfg: &SocketConfig,
     ) -> Result<XskDevice<Q>> {
         cfg.validate()?;
-        let available = queue_count(ifname).unwrap_or(queues);
-        if queues == 0 || queues > available {
+        let available = queue_count(ifname).unwrap_or(queues.end);
+        if queues.is_empty() || queues.end > available {
             return Err(Error::BadQueueCount {
-                asked: queues,
+                asked: queues.end,
                 available,
             });
         }
         let umem = Umem::from_pool(pool, 0)?;
-        let mut out = Vec::with_capacity(queues as usize);
-        let mut counters = Vec::with_capacity(queues as usize);
+        let mut out = Vec::with_capacity(queues.len());
+        let mut counters = Vec::with_capacity(queues.len());
         let mut mode = XdpMode::Copy;
-        for q in 0..queues {
+        for q in queues {
             let sock = XskSocket::bind(&umem, ifname, q, cfg)?;
             mode = sock.mode();
             let driver = XskDriver::new(sock, pool);

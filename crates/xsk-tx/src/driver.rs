@@ -19,6 +19,11 @@ use crate::sync::{AtomicU64, Ordering};
 const ETH_HLEN: u32 = 14;
 /// Completions taken per ring peek.
 const REAP_BATCH: u32 = 256;
+/// Descriptors queued between kicks: the kernel's copy-mode budget per `sendto` (32). A kick
+/// per packet would make a lone producer, whose packets bypass the qdisc one at a time, pay a
+/// system call per packet; the remainder is kicked by [`XskDriver::service`]
+/// (`XskDevice::poll`), the doorbell of the kernel's `xmit_more`.
+pub const KICK_BATCH: u32 = 32;
 
 /// Counters of one [`XskDriver`], readable from any thread while it runs.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +93,8 @@ pub struct XskDriver {
     descs: Vec<XdpDesc>,
     stopped: bool,
     paused: bool,
+    unkicked: u32,
+    kick_batch: u32,
     counters: Arc<Counters>,
 }
 
@@ -117,6 +124,8 @@ impl XskDriver {
             descs: Vec::with_capacity(64),
             stopped: false,
             paused: false,
+            unkicked: 0,
+            kick_batch: KICK_BATCH,
             counters: Arc::new(Counters::default()),
         }
     }
@@ -143,6 +152,21 @@ impl XskDriver {
     /// Frames in the kernel now.
     pub fn in_flight(&self) -> usize {
         self.inflight.len()
+    }
+
+    /// Descriptors queued between kicks (default [`KICK_BATCH`]; 1 kicks on every `xmit`).
+    pub fn set_kick_batch(&mut self, n: u32) {
+        self.kick_batch = n.max(1);
+    }
+
+    /// Kicks the kernel if descriptors wait and it asks for a wakeup.
+    fn kick(&mut self) {
+        self.unkicked = 0;
+        if let Some(sock) = self.sock.as_mut() {
+            if sock.kick_if_needed().is_err() {
+                Counters::add(&self.counters.kick_errors, 1);
+            }
+        }
     }
 
     /// Stops or restarts the queue on our side (`netif_tx_stop_queue`): while paused the
@@ -191,6 +215,7 @@ impl XskDriver {
     /// TX ring is full. Returns whether the queue was stopped before (the caller then wakes it).
     pub fn service(&mut self) -> bool {
         let was = self.stopped;
+        self.kick();
         self.reap();
         if let Some(sock) = self.sock.as_mut() {
             self.stopped = sock.tx_free(1) == 0;
@@ -267,11 +292,12 @@ impl Driver<Skb> for XskDriver {
             let addr = self.inflight.send(skb);
             self.descs.push(XdpDesc::new(addr, len));
         }
-        let (n, kicked) = sock.produce_tx(&self.descs);
+        let n = sock.produce_tx(&self.descs);
         // `room` entries were free and only this producer fills the ring.
         debug_assert_eq!(n, self.descs.len());
-        if kicked.is_err() {
-            Counters::add(&self.counters.kick_errors, 1);
+        self.unkicked += n as u32;
+        if self.unkicked >= self.kick_batch || !batch.is_empty() {
+            self.kick();
         }
         let c = &self.counters;
         Counters::add(&c.sent, n as u64);

@@ -86,7 +86,7 @@ mod xdp;
 #[cfg(not(lockless_loom))]
 pub use device::{CloseReport, XskDevice, XskDeviceStats, XskQueueStats, XskTxQueue};
 #[cfg(not(lockless_loom))]
-pub use driver::{XskDriver, XskDriverStats};
+pub use driver::{KICK_BATCH, XskDriver, XskDriverStats};
 #[cfg(not(lockless_loom))]
 pub use error::{Error, Result};
 #[cfg(not(lockless_loom))]

@@ -64,8 +64,8 @@ unsafe impl UmemRegion for PoolRegion {
     }
 }
 
-// SAFETY (for the auto traits): `Pool` is `Send + Sync`; the pointer is only reported to the
-// kernel, never dereferenced here.
+// SAFETY: `Pool` is `Send + Sync`; the pointer is only reported to the kernel, never
+// dereferenced here.
 unsafe impl Send for PoolRegion {}
 // SAFETY: as above.
 unsafe impl Sync for PoolRegion {}

@@ -627,17 +627,16 @@ impl XskSocket {
         self.tx.as_mut().map_or(0, |tx| tx.nb_free(want))
     }
 
-    /// Puts descriptors already checked by the caller on the TX ring (as many as fit), counts
-    /// them in flight, and kicks if the kernel asks; returns how many were queued even when
-    /// the kick fails (the error comes second). The pool driver checks length and ownership
-    /// itself, once per packet.
-    pub(crate) fn produce_tx(&mut self, descs: &[XdpDesc]) -> (usize, Result<()>) {
+    /// Puts descriptors already checked by the caller on the TX ring (as many as fit) and
+    /// counts them in flight, without kicking: the caller kicks (`kick_if_needed`) when it has
+    /// queued enough, as a NIC driver rings its doorbell once per `xmit_more` burst.
+    pub(crate) fn produce_tx(&mut self, descs: &[XdpDesc]) -> usize {
         let Some(tx) = self.tx.as_mut() else {
-            return (0, Err(Error::NoRing { ring: "TX" }));
+            return 0;
         };
         let n = tx.produce(descs);
         self.in_flight += n as u64;
-        (n, self.kick_if_needed())
+        n
     }
 
     /// Whether this socket was configured with `XDP_USE_NEED_WAKEUP`.
