@@ -33,6 +33,10 @@ const MISSED: u32 = 1;
 const DRAINING: u32 = 2;
 /// A reschedule is pending for the poll loop / TxWorker (`__QDISC_STATE_SCHED`).
 const SCHED: u32 = 4;
+/// NoLock: the driver answered busy (`TxResult::stopped`) and no [`TxQueue::wake`] came since.
+/// Stands in for `is_stopped` for drivers that do not report it, so a busy driver is not
+/// retried in a MISSED storm (a thread spinning on it) but waits for its wake or the next xmit.
+const BUSY: u32 = 8;
 
 /// `TxQueue::running`: the locked strategies' run role is held.
 const RUNNING: u32 = 1;
@@ -658,6 +662,9 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         }
         if res.stopped {
             self.counters.driver_stops.add_by_runner(1);
+            if matches!(self.cfg.strategy, Strategy::NoLock | Strategy::NoLockNaive) {
+                self.state.fetch_or(BUSY, Ordering::SeqCst);
+            }
         }
         (res.sent, res.stopped)
     }
@@ -834,7 +841,11 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     fn nolock_stopped(&self) {
         self.state.fetch_and(!MISSED, Ordering::SeqCst);
         // SAFETY: called by the NoLock runner, which holds the seqlock.
-        let stopped = unsafe { self.driver_mut(|d| d.is_stopped()) };
+        let stopped = unsafe { self.driver_mut(|d| d.is_stopped()) }
+            // A wake clears BUSY before it tries the role, and the RMWs above and in
+            // `nolock_run_begin` are totally ordered: either we see BUSY cleared here, or
+            // the waker's MISSED lands after our clear and run_end sees it.
+            || self.state.load(Ordering::SeqCst) & BUSY != 0;
         let bit = if stopped { DRAINING } else { MISSED };
         self.state.fetch_or(bit, Ordering::SeqCst);
     }
@@ -910,6 +921,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
 
     /// The driver has room again (`netif_tx_wake_queue`): run the queue.
     pub fn wake(&self) -> bool {
+        self.state.fetch_and(!BUSY, Ordering::SeqCst);
         self.poll()
     }
 
