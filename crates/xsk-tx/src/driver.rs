@@ -298,6 +298,9 @@ impl Driver<Skb> for XskDriver {
         self.unkicked += n as u32;
         if self.unkicked >= self.kick_batch || !batch.is_empty() {
             self.kick();
+            // Keep the completion ring short, as the minimal loop does: a full one makes the
+            // kernel refuse to send, and every frame reaped here is one the producer can reuse.
+            self.reap();
         }
         let c = &self.counters;
         Counters::add(&c.sent, n as u64);

@@ -318,3 +318,108 @@ pub fn mac_str(mac: &[u8; 6]) -> String {
         .collect::<Vec<_>>()
         .join(":")
 }
+
+/// A kernel UDP receiver on a thread inside a namespace, counting datagrams: what
+/// `pktgen --veth` reports "received" from. Stops (and joins its thread) on drop.
+#[derive(Debug)]
+pub struct UdpCounter {
+    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl UdpCounter {
+    /// Binds `addr` inside `ns` (receive buffer forced to 64 MiB) and starts counting; returns
+    /// once the socket is bound.
+    pub fn start(ns: &NetNs, addr: std::net::SocketAddrV4) -> io::Result<UdpCounter> {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let count = std::sync::Arc::new(AtomicU64::new(0));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (c, s) = (count.clone(), stop.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = ns.spawn(move || {
+            let sock = match std::net::UdpSocket::bind(addr) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let bytes: libc::c_int = 64 << 20;
+            // SAFETY: setsockopt on a live socket with a valid int option; failure only leaves
+            // the default buffer size.
+            unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&sock),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    (&bytes as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            let _ = sock.set_read_timeout(Some(std::time::Duration::from_millis(50)));
+            let _ = ready_tx.send(Ok(()));
+            let mut buf = [0u8; 65536];
+            while !s.load(Ordering::Relaxed) {
+                if sock.recv(&mut buf).is_ok() {
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(UdpCounter {
+                count,
+                stop,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(io::Error::other(
+                "the UDP counter thread died before binding",
+            )),
+        }
+    }
+
+    /// Datagrams received so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Waits until `expected` datagrams arrived, or until none arrived for `idle`; returns the
+    /// count.
+    pub fn wait_for(&self, expected: u64, idle: std::time::Duration) -> u64 {
+        let mut last = self.count();
+        let mut since = std::time::Instant::now();
+        loop {
+            let now = self.count();
+            if now >= expected {
+                return now;
+            }
+            if now != last {
+                last = now;
+                since = std::time::Instant::now();
+            } else if since.elapsed() >= idle {
+                return now;
+            }
+            thread::yield_now();
+        }
+    }
+
+    /// Stops the receiver; returns the final count.
+    pub fn stop(mut self) -> u64 {
+        self.shutdown();
+        self.count()
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for UdpCounter {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
