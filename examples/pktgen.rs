@@ -14,18 +14,35 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+
 use clap::{Parser, ValueEnum};
-use lockless_xmit::harness::{self, Cell, Contender, QdiscKind, Tick, Workload};
-use qdisc::{DropReason, Overflow, Strategy};
+use lockless_xmit::harness::{
+    self, Cell, Contender, PacketWriter, QdiscKind, Target, Tick, Workload,
+};
+use qdisc::{Driver, DropReason, Overflow, Qdisc, Strategy, TxQueue, Verdict};
+use skb_pool::Skb;
+use xsk_tx::netns::{UdpCounter, VethPair};
+use xsk_tx::packet::UdpFlow;
+use xsk_tx::{UdpSendmmsg, XskDevice};
 
 /// Multi-threaded packet generator over lockless-xmit's transmit engine.
 #[derive(Debug, Parser)]
 #[command(name = "pktgen", version, about, long_about = None)]
 struct Cli {
     /// Where packets go: `null` (a driver doing --driver-ns of work per packet, no privileges
-    /// needed).
+    /// needed), `xsk:IFACE[:QUEUES]` (AF_XDP on an interface's first QUEUES queues, default 1;
+    /// needs root; frames go to the broadcast MAC and 255.255.255.255:9), or `udp:ADDR:PORT`
+    /// (UDP datagrams through sendmmsg to ADDR:PORT).
     #[arg(long, default_value = "null", value_parser = parse_driver)]
     driver: DriverSpec,
+
+    /// Create a private pair of network namespaces joined by a veth pair, send through AF_XDP
+    /// on one end and count what a kernel UDP socket on the other end receives; tear it all
+    /// down at the end (needs root).
+    #[arg(long)]
+    veth: bool,
 
     /// Producer threads (default: as many as cores).
     #[arg(long)]
@@ -133,21 +150,50 @@ enum OverflowArg {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum DriverSpec {
     Null,
+    Xsk { ifname: String, queues: u32 },
+    Udp(SocketAddrV4),
 }
 
 impl DriverSpec {
     fn name(&self) -> String {
         match self {
             DriverSpec::Null => "null".into(),
+            DriverSpec::Xsk { ifname, queues } => format!("xsk:{ifname}:{queues}"),
+            DriverSpec::Udp(addr) => format!("udp:{addr}"),
         }
     }
 }
 
+const DRIVER_VALUES: &str = "accepted: null, xsk:IFACE[:QUEUES], udp:ADDR:PORT";
+
 fn parse_driver(s: &str) -> Result<DriverSpec, String> {
-    match s {
-        "null" => Ok(DriverSpec::Null),
-        _ => Err("accepted: null".into()),
+    if s == "null" {
+        return Ok(DriverSpec::Null);
     }
+    if let Some(rest) = s.strip_prefix("xsk:") {
+        let (ifname, queues) = match rest.split_once(':') {
+            Some((i, q)) => (i, q.parse::<u32>().ok().filter(|q| (1..=256).contains(q))),
+            None => (rest, Some(1)),
+        };
+        return match queues {
+            Some(queues) if !ifname.is_empty() && ifname.len() < 16 => Ok(DriverSpec::Xsk {
+                ifname: ifname.to_string(),
+                queues,
+            }),
+            _ => Err(format!(
+                "{DRIVER_VALUES} (IFACE up to 15 characters, QUEUES 1..=256)"
+            )),
+        };
+    }
+    if let Some(rest) = s.strip_prefix("udp:") {
+        return rest
+            .parse::<SocketAddrV4>()
+            .map(DriverSpec::Udp)
+            .map_err(|_| {
+                format!("{DRIVER_VALUES} (ADDR:PORT an IPv4 address and port, e.g. 127.0.0.1:9000)")
+            });
+    }
+    Err(DRIVER_VALUES.into())
 }
 
 fn parse_duration(s: &str) -> Result<f64, String> {
@@ -213,25 +259,271 @@ fn main() -> ExitCode {
         },
         latency_histogram: cli.compare.is_none(),
     };
-    match &cli.compare {
-        Some(counts) => compare(&cli, &base, counts),
-        None => single(&cli, &base),
+    let needs_frames = cli.veth || cli.driver != DriverSpec::Null;
+    if needs_frames && cli.size < MIN_UDP_FRAME as u64 {
+        eprintln!(
+            "pktgen: error: invalid value '{}' for '--size': accepted {MIN_UDP_FRAME}..=1792 with \
+             the xsk, udp and veth drivers (Ethernet, IPv4 and UDP headers plus 16 bytes)",
+            cli.size
+        );
+        return ExitCode::from(2);
+    }
+    if cli.compare.is_some() && needs_frames {
+        eprintln!(
+            "pktgen: error: '--compare' runs on the null driver only: drop '--driver' and '--veth'"
+        );
+        return ExitCode::from(2);
+    }
+    match (&cli.compare, cli.veth, &cli.driver) {
+        (Some(counts), _, _) => compare(&cli, &base, counts),
+        (None, true, _) => veth(&cli, &base),
+        (None, false, DriverSpec::Xsk { ifname, queues }) => xsk(&cli, &base, ifname, *queues),
+        (None, false, DriverSpec::Udp(dest)) => {
+            let dest = *dest;
+            let w = Workload {
+                driver: Some(Arc::new(move || {
+                    let bind = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+                    match UdpSendmmsg::new(bind, dest) {
+                        Ok(s) => Box::new(s) as Box<dyn Driver<Skb>>,
+                        Err(e) => {
+                            eprintln!("pktgen: udp:{dest}: {e}");
+                            std::process::exit(1);
+                        }
+                    }
+                })),
+                writer: Some(udp_writer(flow_to(dest))),
+                ..base
+            };
+            single(&cli, &w)
+        }
+        (None, false, DriverSpec::Null) => single(&cli, &base),
     }
 }
 
-fn single(cli: &Cli, w: &Workload) -> ExitCode {
+/// Ethernet + IPv4 + UDP headers and the 16-byte (producer, sequence) payload head.
+const MIN_UDP_FRAME: usize = 42 + 16;
+
+/// A flow from an unspecified source to `dest` (the UDP driver sends only the payload).
+fn flow_to(dest: SocketAddrV4) -> UdpFlow {
+    UdpFlow {
+        src_mac: [0x02, 0, 0, 0, 0, 1],
+        dst_mac: [0xff; 6],
+        src_ip: Ipv4Addr::new(0, 0, 0, 0),
+        dst_ip: *dest.ip(),
+        src_port: 9,
+        dst_port: dest.port(),
+    }
+}
+
+/// Writes well-formed Ethernet/IPv4/UDP frames whose payload starts with (producer, sequence);
+/// each flow gets its own source port so receivers and FQ see distinct flows.
+fn udp_writer(flow: UdpFlow) -> PacketWriter {
+    Arc::new(
+        move |skb: &mut Skb, producer: u64, seq: u64, flow_id: u32| {
+            let mut payload = [0u8; 1792];
+            let n = skb.len().saturating_sub(42).min(payload.len());
+            payload[..8].copy_from_slice(&producer.to_be_bytes());
+            payload[8..16].copy_from_slice(&seq.to_be_bytes());
+            let f = UdpFlow {
+                src_port: 10_000 + (flow_id % 50_000) as u16,
+                ..flow
+            };
+            let _ = f.write(skb.data_mut(), &payload[..n]);
+        },
+    )
+}
+
+type XskDev = XskDevice<Box<dyn Qdisc<Skb>>>;
+
+/// An AF_XDP device (one `TxQueue` per NIC queue) behind the harness's producers.
+struct XskTarget(XskDev);
+
+impl Target for XskTarget {
+    fn xmit(&self, skb: Skb) -> bool {
+        !matches!(self.0.xmit(skb), Verdict::Dropped(_))
+    }
+    fn progress(&self) -> (u64, u64, u64) {
+        let s = self.0.stats();
+        let bytes = s.queues.iter().map(|q| q.driver.bytes).sum();
+        (s.sent(), bytes, s.dropped())
+    }
+    fn poll(&self) {
+        self.0.poll();
+    }
+}
+
+/// Opens the device over the workload's pool (its UMEM), runs the producers through it and
+/// closes it (every frame back in the pool). Errors come back as their one-line message.
+fn run_xsk(
+    w: &Workload,
+    open: impl FnOnce(&skb_pool::Pool) -> xsk_tx::Result<XskDev>,
+    json: bool,
+) -> Result<Cell, String> {
+    let pool = harness::build_pool(w).map_err(|e| e.to_string())?;
+    let dev = Arc::new(XskTarget(open(&pool).map_err(|e| e.to_string())?));
+    if !json {
+        println!(
+            "AF_XDP: {} queue(s) on {}, {:?} mode",
+            dev.0.queue_count(),
+            dev.0.ifname(),
+            dev.0.mode()
+        );
+    }
+    let mut last = Tick::default();
+    let d = dev.clone();
+    let mut cell = harness::drive(
+        w,
+        &pool,
+        dev.clone(),
+        &mut |t: &Tick| {
+            if !json {
+                progress_line(&last, t);
+            }
+            last = *t;
+        },
+        &|| while d.0.poll() {},
+    );
+    drop(d);
+    let stats = dev.0.stats();
+    cell.sent = stats.sent();
+    cell.dropped = stats.dropped();
+    cell.xmit = stats.queues.first().map(|q| q.xmit.clone());
+    let dev = Arc::try_unwrap(dev).map_err(|_| "the device is still shared".to_string())?;
+    cell.queued = dev.0.close().dropped_queued as u64;
+    cell.pool = Some(pool.stats());
+    Ok(cell)
+}
+
+fn engine_builder(w: &Workload) -> qdisc::TxQueueBuilder {
+    let strategy = match w.contender {
+        Contender::Engine(s) => s,
+        _ => Strategy::DeferList,
+    };
+    TxQueue::builder()
+        .strategy(strategy)
+        .burst_limit(w.burst_limit)
+        .overflow(w.overflow)
+}
+
+fn xsk(cli: &Cli, base: &Workload, ifname: &str, queues: u32) -> ExitCode {
+    let src_mac = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address"))
+        .ok()
+        .and_then(|m| parse_mac(m.trim()))
+        .unwrap_or([0x02, 0, 0, 0, 0, 1]);
+    let flow = UdpFlow {
+        src_mac,
+        ..flow_to(SocketAddrV4::new(Ipv4Addr::BROADCAST, 9))
+    };
+    let w = Workload {
+        writer: Some(udp_writer(flow)),
+        ..base.clone()
+    };
+    let (qdisc, builder) = (w.qdisc, engine_builder(&w));
+    announce(cli, &w);
+    let open =
+        |pool: &skb_pool::Pool| XskDevice::open(ifname, queues, pool, |_| qdisc.build(), builder);
+    match run_xsk(&w, open, cli.json) {
+        Ok(cell) => finish(cli, &w, &cell, None),
+        Err(e) => {
+            eprintln!("pktgen: xsk:{ifname}: {e} (or use --driver null)");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn veth(cli: &Cli, base: &Workload) -> ExitCode {
+    let queues = match &cli.driver {
+        DriverSpec::Xsk { queues, .. } => *queues,
+        _ => 1,
+    };
+    let pair = match VethPair::create(queues) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!(
+                "pktgen: --veth: cannot create the namespaces and veth pair: {e} (run as root \
+                 with iproute2 installed, or use --driver null)"
+            );
+            return ExitCode::from(1);
+        }
+    };
+    let dest = SocketAddrV4::new(pair.b.ip, 9000);
+    let counter = match UdpCounter::start(&pair.b.ns, dest) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("pktgen: --veth: cannot open the receiving UDP socket: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let flow = UdpFlow {
+        src_mac: pair.a.mac,
+        dst_mac: pair.b.mac,
+        src_ip: pair.a.ip,
+        dst_ip: pair.b.ip,
+        src_port: 9,
+        dst_port: 9000,
+    };
+    let w = Workload {
+        writer: Some(udp_writer(flow)),
+        ..base.clone()
+    };
+    let (qdisc, builder, ifname) = (w.qdisc, engine_builder(&w), pair.a.ifname.clone());
+    announce(cli, &w);
+    let ns = &pair.a.ns;
+    let open = |pool: &skb_pool::Pool| {
+        ns.run(|| XskDevice::open(&ifname, queues, pool, |_| qdisc.build(), builder))
+            .map_err(|source| xsk_tx::Error::Io {
+                op: "setns into the veth namespace",
+                source,
+            })?
+    };
+    let cell = match run_xsk(&w, open, cli.json) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("pktgen: --veth: {e} (run as root, or use --driver null)");
+            return ExitCode::from(1);
+        }
+    };
+    let received = counter.wait_for(cell.sent, Duration::from_millis(500));
+    counter.stop();
+    let code = finish(cli, &w, &cell, Some(received));
+    drop(pair); // the namespaces and the veth pair go away here
+    if received == cell.sent {
+        code
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut mac {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+fn announce(cli: &Cli, w: &Workload) {
     if !cli.json {
         println!(
             "pktgen: {} threads, strategy {}, qdisc {}, driver {}, {} B packets, {} flows, {:.1} s",
             w.producers,
             w.contender.name(),
             w.qdisc.name(),
-            cli.driver.name(),
+            if cli.veth {
+                "xsk on a private veth pair".to_string()
+            } else {
+                cli.driver.name()
+            },
             w.size,
             w.flows,
             cli.duration
         );
     }
+}
+
+fn single(cli: &Cli, w: &Workload) -> ExitCode {
+    announce(cli, w);
     let mut last = Tick::default();
     let json = cli.json;
     let cell = harness::run(w, &mut |t: &Tick| {
@@ -240,10 +532,32 @@ fn single(cli: &Cli, w: &Workload) -> ExitCode {
         }
         last = *t;
     });
-    if json {
-        println!("{}", json_cell(&cell, w, None));
+    finish(cli, w, &cell, None)
+}
+
+fn finish(cli: &Cli, w: &Workload, cell: &Cell, received: Option<u64>) -> ExitCode {
+    if cli.json {
+        let mut line = json_cell(cell, w, None);
+        if let Some(r) = received {
+            line.pop();
+            line.push_str(&format!(",\"received\":{r}}}"));
+        }
+        println!("{line}");
     } else {
-        report(&cell, w);
+        report(cell, w);
+        if let Some(r) = received {
+            println!();
+            println!(
+                "veth: sent {} received {} by a kernel UDP socket in the peer namespace ({})",
+                cell.sent,
+                r,
+                if r == cell.sent {
+                    "nothing lost"
+                } else {
+                    "LOSS"
+                }
+            );
+        }
     }
     if cell.conserved() {
         ExitCode::SUCCESS

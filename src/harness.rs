@@ -250,12 +250,15 @@ pub fn process_cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Where producers send, and what it has done so far.
-trait Target: Send + Sync + 'static {
+/// Where producers send, and what it has done so far: our engine, a peer, or anything a caller
+/// wraps (an AF_XDP device).
+pub trait Target: Send + Sync + 'static {
     /// Transmits; `false` if the packet was dropped on the spot.
     fn xmit(&self, skb: Skb) -> bool;
     /// Sent so far (packets, bytes) and dropped so far.
     fn progress(&self) -> (u64, u64, u64);
+    /// Called by a producer that found no free frame: a chance to reap completions and kick.
+    fn poll(&self) {}
 }
 
 type EngineQueue = TxQueue<Skb, Box<dyn Qdisc<Skb>>, Box<dyn Driver<Skb>>>;
@@ -322,6 +325,21 @@ impl Target for SegQueuePeer {
     }
 }
 
+/// The frame pool a workload allocates from: `frames` frames of 2048 bytes.
+///
+/// # Errors
+///
+/// The pool's [`skb_pool::BuildError`] (for instance, no memory for the mapping).
+pub fn build_pool(w: &Workload) -> Result<Pool, skb_pool::BuildError> {
+    Pool::builder()
+        .frame_count(w.frames.max(64))
+        .frame_size(2048)
+        .remote_batch(16)
+        .defer_max(512)
+        .max_owners(w.producers + 2)
+        .build()
+}
+
 /// Runs one workload, calling `on_tick` about once a second, and returns what it measured.
 ///
 /// # Panics
@@ -329,15 +347,7 @@ impl Target for SegQueuePeer {
 /// If the pool or the queue cannot be built from the workload's settings (callers validate
 /// user input before).
 pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
-    let pool = Pool::builder()
-        .frame_count(w.frames.max(64))
-        .frame_size(2048)
-        .remote_batch(16)
-        .defer_max(512)
-        .max_owners(w.producers + 2)
-        .build()
-        .expect("building the frame pool");
-    let size = w.size.clamp(14, 2048 - pool.headroom());
+    let pool = build_pool(w).expect("building the frame pool");
     match w.contender {
         Contender::Engine(strategy) => {
             let driver = match &w.driver {
@@ -353,7 +363,7 @@ pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
                     .build(w.qdisc.build(), driver)
                     .expect("valid engine settings"),
             );
-            let mut cell = drive(w, &pool, size, txq.clone(), on_tick, &|| {
+            let mut cell = drive(w, &pool, txq.clone(), on_tick, &|| {
                 while txq.poll() {}
             });
             let stats = txq.stats();
@@ -372,7 +382,7 @@ pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
                     batch: Fifo::new(),
                 }),
             });
-            let mut cell = drive(w, &pool, size, peer.clone(), on_tick, &|| {});
+            let mut cell = drive(w, &pool, peer.clone(), on_tick, &|| {});
             cell.queued = peer.inner.lock().map(|g| g.queue.len() as u64).unwrap_or(0);
             cell.pool = Some(pool.stats());
             cell
@@ -385,7 +395,7 @@ pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
             });
             let done = Arc::new(AtomicBool::new(false));
             let tx = spawn_tx_thread(&peer, &done, &pool, w.driver_ns);
-            let mut cell = drive(w, &pool, size, peer.clone(), on_tick, &|| {
+            let mut cell = drive(w, &pool, peer.clone(), on_tick, &|| {
                 done.store(true, Ordering::Release);
             });
             tx.join().expect("TX thread");
@@ -432,15 +442,16 @@ fn spawn_tx_thread(
 }
 
 /// Starts the producers against `target`, samples progress once a second, stops them at the
-/// end of the duration, runs `finish` (the target's flush) and measures.
-fn drive<T: Target>(
+/// end of the duration, runs `finish` (the target's flush) and measures. `pool` must be the
+/// pool the target's frames come from (for AF_XDP, the UMEM).
+pub fn drive<T: Target>(
     w: &Workload,
     pool: &Pool,
-    size: usize,
     target: Arc<T>,
     on_tick: &mut dyn FnMut(&Tick),
     finish: &dyn Fn(),
 ) -> Cell {
+    let size = w.size.clamp(14, 2048 - pool.headroom());
     let stop = Arc::new(AtomicBool::new(false));
     let offered = Arc::new(AtomicU64::new(0));
     let start = Arc::new(Barrier::new(w.producers + 1));
@@ -535,7 +546,7 @@ impl Producer {
             if let Some(gap) = gap {
                 pace(t0 + gap.mul_f64(seq as f64), &self.stop);
             }
-            let Some(mut skb) = alloc(&mut handle, &self.stop) else {
+            let Some(mut skb) = alloc(&mut handle, &self.stop, target) else {
                 break;
             };
             let flow = (seq % u64::from(self.flows)) as u32;
@@ -566,7 +577,11 @@ impl Producer {
 }
 
 /// A frame, waiting for one if every frame is in flight (backpressure).
-fn alloc(handle: &mut skb_pool::PoolHandle, stop: &AtomicBool) -> Option<Skb> {
+fn alloc<T: Target>(
+    handle: &mut skb_pool::PoolHandle,
+    stop: &AtomicBool,
+    target: &T,
+) -> Option<Skb> {
     loop {
         match handle.alloc() {
             Ok(skb) => return Some(skb),
@@ -576,6 +591,7 @@ fn alloc(handle: &mut skb_pool::PoolHandle, stop: &AtomicBool) -> Option<Skb> {
                 // holding them run.
                 handle.flush_frees();
                 handle.flush_remote();
+                target.poll();
                 thread::yield_now();
             }
         }
