@@ -12,7 +12,6 @@
 
 use core::fmt;
 use core::marker::PhantomData;
-use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use llist_defer::{DeferList, Fifo, Pushed};
@@ -26,7 +25,7 @@ use crate::sync::{
 
 use super::config::{Overflow, Strategy, TxQueueBuilder};
 use super::driver::Driver;
-use super::stats::{XmitCounters, XmitStats};
+use super::stats::{Stamp, XmitCounters, XmitStats};
 
 /// NoLock state bits (`__QDISC_STATE_MISSED`, `__QDISC_STATE_DRAINING`).
 const MISSED: u32 = 1;
@@ -73,24 +72,26 @@ pub struct TxQueue<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
     root: CachePadded<Mutex<Root<P, Q>>>,
     busylock: CachePadded<Mutex<()>>,
     /// Touched only by the holder of the run role (see `TxQueue::driver_mut`).
-    driver: UnsafeCell<D>,
+    driver: CachePadded<UnsafeCell<D>>,
     /// NoLock run role (`q->seqlock`).
     seqlock: CachePadded<AtomicBool>,
     /// MISSED / DRAINING / SCHED bits.
-    state: AtomicU32,
+    state: CachePadded<AtomicU32>,
     /// The run role of the locked strategies (`q->running`, bit [`RUNNING`]) and, for
     /// DeferList, [`PENDING`]: "a first pusher left its batch to the runner". Taken only under
     /// the root lock; see [`TxQueue::run`] for the hand-off.
-    running: AtomicU32,
+    running: CachePadded<AtomicU32>,
     /// Whether the qdisc may be bypassed (read without the lock by NoLock).
     bypass_ok: AtomicBool,
     room: Mutex<()>,
     room_cv: Condvar,
-    waiters: AtomicUsize,
+    waiters: CachePadded<AtomicUsize>,
     waker: Option<Box<dyn Fn() + Send + Sync>>,
     cfg: TxQueueBuilder,
     help_at: usize,
-    counters: XmitCounters,
+    /// Each hot word above sits on its own cache line, away from the read-mostly settings:
+    /// producers read `cfg` on every call, so a counter beside it would be false sharing.
+    counters: CachePadded<XmitCounters>,
     _packets: PhantomData<fn(P)>,
 }
 
@@ -149,17 +150,17 @@ impl TxQueueBuilder {
                 deactivated: false,
             })),
             busylock: CachePadded::new(Mutex::new(())),
-            driver: UnsafeCell::new(driver),
+            driver: CachePadded::new(UnsafeCell::new(driver)),
             seqlock: CachePadded::new(AtomicBool::new(false)),
-            state: AtomicU32::new(0),
-            running: AtomicU32::new(0),
+            state: CachePadded::new(AtomicU32::new(0)),
+            running: CachePadded::new(AtomicU32::new(0)),
             bypass_ok: AtomicBool::new(bypass_ok),
             room: Mutex::new(()),
             room_cv: Condvar::new(),
-            waiters: AtomicUsize::new(0),
+            waiters: CachePadded::new(AtomicUsize::new(0)),
             waker,
             help_at: self.help_at(),
-            counters: XmitCounters::new(self.latency_histogram),
+            counters: CachePadded::new(XmitCounters::new(self.latency_histogram)),
             cfg: self,
             _packets: PhantomData,
         })
@@ -262,9 +263,9 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         let Some(hist) = &self.counters.latency else {
             return self.xmit_inner(pkt);
         };
-        let t0 = Instant::now();
+        let t0 = Stamp::now();
         let v = self.xmit_inner(pkt);
-        hist.record(t0.elapsed().as_nanos() as u64);
+        hist.record(t0.elapsed_ns());
         v
     }
 
@@ -328,12 +329,10 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         if let Some(g) = self.root.try_lock() {
             return g;
         }
-        let t0 = Instant::now();
+        let t0 = Stamp::now();
         let g = self.root.lock();
         self.counters.root_contended.add(1);
-        self.counters
-            .root_wait_ns
-            .add(t0.elapsed().as_nanos() as u64);
+        self.counters.root_wait_ns.add(t0.elapsed_ns());
         g
     }
 
@@ -452,12 +451,10 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             Some(match self.busylock.try_lock() {
                 Some(g) => g,
                 None => {
-                    let t0 = Instant::now();
+                    let t0 = Stamp::now();
                     let g = self.busylock.lock();
                     self.counters.busylock_contended.add(1);
-                    self.counters
-                        .busylock_wait_ns
-                        .add(t0.elapsed().as_nanos() as u64);
+                    self.counters.busylock_wait_ns.add(t0.elapsed_ns());
                     g
                 }
             })
