@@ -80,41 +80,44 @@ fn send_scratch(
     sent
 }
 
+/// The body both UDP drivers share: takes sendable packets from `batch` in chunks and sends
+/// each chunk's payloads with `send`, until the batch is empty (a failed send drops one packet
+/// as a `DriverError`, so every round makes progress).
+fn xmit_chunks(
+    scratch: &mut Vec<Skb>,
+    batch: &mut Fifo<Skb>,
+    to_free: &mut ToFree<Skb>,
+    mut send: impl FnMut(&[&[u8]]) -> std::io::Result<usize>,
+) -> TxResult {
+    let mut sent = 0;
+    loop {
+        take_batch(batch, scratch, to_free);
+        if scratch.is_empty() {
+            break;
+        }
+        sent += send_scratch(scratch, batch, to_free, &mut send);
+    }
+    TxResult {
+        sent,
+        stopped: false,
+    }
+}
+
 impl Driver<Skb> for UdpSendmmsg {
     fn xmit(&mut self, batch: &mut Fifo<Skb>, to_free: &mut ToFree<Skb>) -> TxResult {
         let mut scratch = std::mem::take(&mut self.scratch);
-        let mut sent = 0;
-        loop {
-            take_batch(batch, &mut scratch, to_free);
-            if scratch.is_empty() {
-                break;
-            }
-            sent += send_scratch(&mut scratch, batch, to_free, |p| self.send_batch(p));
-        }
+        let r = xmit_chunks(&mut scratch, batch, to_free, |p| self.send_batch(p));
         self.scratch = scratch;
-        TxResult {
-            sent,
-            stopped: false,
-        }
+        r
     }
 }
 
 impl Driver<Skb> for UdpIoUring {
     fn xmit(&mut self, batch: &mut Fifo<Skb>, to_free: &mut ToFree<Skb>) -> TxResult {
         let mut scratch = std::mem::take(&mut self.scratch);
-        let mut sent = 0;
-        loop {
-            take_batch(batch, &mut scratch, to_free);
-            if scratch.is_empty() {
-                break;
-            }
-            sent += send_scratch(&mut scratch, batch, to_free, |p| self.send_batch(p));
-        }
+        let r = xmit_chunks(&mut scratch, batch, to_free, |p| self.send_batch(p));
         self.scratch = scratch;
-        TxResult {
-            sent,
-            stopped: false,
-        }
+        r
     }
 }
 
