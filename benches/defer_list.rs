@@ -49,6 +49,19 @@ struct Sink<T> {
     sum: u64,
 }
 
+impl Sink<Box<u64>> {
+    /// Reads and keeps every item; returns how many.
+    fn keep_all(&mut self, items: impl Iterator<Item = Box<u64>>) -> u64 {
+        let mut n = 0;
+        for b in items {
+            self.sum += *b;
+            self.boxes.push(b);
+            n += 1;
+        }
+        n
+    }
+}
+
 struct Defer(DeferList<Boxed<u64>>);
 impl Transport for Defer {
     type Item = Boxed<u64>;
@@ -91,13 +104,7 @@ impl Transport for Seg {
         self.0.push(item);
     }
     fn drain(&self, sink: &mut Sink<Box<u64>>) -> u64 {
-        let mut n = 0;
-        while let Some(b) = self.0.pop() {
-            sink.sum += *b;
-            sink.boxes.push(b);
-            n += 1;
-        }
-        n
+        sink.keep_all(std::iter::from_fn(|| self.0.pop()))
     }
 }
 
@@ -117,13 +124,7 @@ impl Transport for Array {
         }
     }
     fn drain(&self, sink: &mut Sink<Box<u64>>) -> u64 {
-        let mut n = 0;
-        while let Some(b) = self.0.pop() {
-            sink.sum += *b;
-            sink.boxes.push(b);
-            n += 1;
-        }
-        n
+        sink.keep_all(std::iter::from_fn(|| self.0.pop()))
     }
 }
 
@@ -152,13 +153,7 @@ impl Transport for Channel {
     }
     fn drain(&self, sink: &mut Sink<Box<u64>>) -> u64 {
         let rx = self.rx.lock().unwrap();
-        let mut n = 0;
-        while let Ok(b) = rx.try_recv() {
-            sink.sum += *b;
-            sink.boxes.push(b);
-            n += 1;
-        }
-        n
+        sink.keep_all(std::iter::from_fn(|| rx.try_recv().ok()))
     }
 }
 
@@ -181,12 +176,7 @@ impl Transport for MutexDeque {
         LOCAL.with(|local| {
             let mut local = local.borrow_mut();
             std::mem::swap(&mut *self.0.lock().unwrap(), &mut *local);
-            let n = local.len() as u64;
-            for b in local.drain(..) {
-                sink.sum += *b;
-                sink.boxes.push(b);
-            }
-            n
+            sink.keep_all(local.drain(..))
         })
     }
 }
