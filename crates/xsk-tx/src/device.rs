@@ -195,17 +195,48 @@ impl<Q: Qdisc<Skb>> XskDevice<Q> {
     /// where descriptors wait, and runs queues that were stopped or rescheduled
     /// (`netif_tx_wake_queue` / `net_tx_action`). Returns whether any queue still holds packets
     /// or frames in the kernel.
+    ///
+    /// A queue whose link went down or disappeared ([`link_error`](XskDevice::link_error)) is
+    /// deactivated (`dev_deactivate`): what it holds and every later packet is dropped as
+    /// `Deactivated`, counted in its stats. Its frames in the kernel do not count as busy: they
+    /// come back to the pool at [`close`](XskDevice::close).
     pub fn poll(&self) -> bool {
         let mut busy = false;
-        for q in &self.queues {
+        for (q, c) in self.queues.iter().zip(&self.counters) {
             // with_driver runs whatever is queued once the driver is serviced.
             let was_stopped = q.with_driver(|d| d.service());
+            if c.link_error(&self.ifname).is_some() {
+                q.deactivate();
+                continue;
+            }
             if was_stopped || q.is_scheduled() {
                 q.wake();
             }
-            busy |= q.backlog() != 0 || !q.defer_list_is_empty();
+            busy |= q.backlog() != 0 || !q.defer_list_is_empty() || c.snapshot().in_flight != 0;
         }
-        busy || self.counters.iter().any(|c| c.snapshot().in_flight != 0)
+        busy
+    }
+
+    /// As [`poll`](XskDevice::poll), reporting a failed link as an error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LinkDown`] once a queue's link went down or disappeared (the queue is then
+    /// deactivated; close the device and open a new one when the link is back).
+    pub fn try_poll(&self) -> Result<bool> {
+        let busy = self.poll();
+        match self.link_error() {
+            Some(e) => Err(e),
+            None => Ok(busy),
+        }
+    }
+
+    /// The first queue's link failure ([`Error::LinkDown`]: a kick found the interface down or
+    /// gone), if any. It stays set until the device is closed.
+    pub fn link_error(&self) -> Option<Error> {
+        self.counters
+            .iter()
+            .find_map(|c| c.link_error(&self.ifname))
     }
 
     /// Stops every queue on our side: packets stay in the qdiscs until

@@ -11,6 +11,7 @@ use llist_defer::Fifo;
 use qdisc::{Driver, DropReason, ToFree, TxResult};
 use skb_pool::{Pool, Skb};
 
+use crate::error::Error;
 use crate::pool_umem::InFlight;
 use crate::socket::{XdpDesc, XskSocket};
 use crate::sync::{AtomicU64, Ordering};
@@ -43,7 +44,8 @@ pub struct XskDriverStats {
     pub ring_full: u64,
     /// Completion addresses that matched no frame of ours (a kernel or ring bug; never freed).
     pub bad_completions: u64,
-    /// Kicks that failed with a real error (link down, ...); the frames stay in the ring.
+    /// Kicks that failed with a real error (link down, ...); the frames stay in the ring. A
+    /// link failure is also kept as [`XskDriver::link_error`].
     pub kick_errors: u64,
 }
 
@@ -57,6 +59,11 @@ pub(crate) struct Counters {
     ring_full: AtomicU64,
     bad_completions: AtomicU64,
     kick_errors: AtomicU64,
+    /// The errno of the last kick that found the link down or gone (0: none). Sticky: the
+    /// socket is not used again once its link failed.
+    link_errno: AtomicU64,
+    /// The socket's NIC queue.
+    queue: u32,
 }
 
 impl Counters {
@@ -76,6 +83,25 @@ impl Counters {
             ring_full: l(&self.ring_full),
             bad_completions: l(&self.bad_completions),
             kick_errors: l(&self.kick_errors),
+        }
+    }
+
+    /// The link failure a kick reported, as [`Error::LinkDown`] on `ifname`, if any.
+    pub(crate) fn link_error(&self, ifname: &str) -> Option<Error> {
+        let errno = self.link_errno.load(Ordering::Acquire) as i32;
+        (errno != 0).then(|| Error::LinkDown {
+            ifname: ifname.to_owned(),
+            queue: self.queue,
+            gone: errno != libc::ENETDOWN,
+            source: std::io::Error::from_raw_os_error(errno),
+        })
+    }
+
+    /// Records a failed kick (and a link failure, when it is one).
+    fn kick_failed(&self, e: &Error) {
+        Self::add(&self.kick_errors, 1);
+        if let (Error::LinkDown { .. }, Some(errno)) = (e, e.raw_os_error()) {
+            self.link_errno.store(errno as u64, Ordering::Release);
         }
     }
 }
@@ -116,6 +142,10 @@ impl XskDriver {
     pub fn new(sock: XskSocket, pool: &Pool) -> XskDriver {
         let frame = sock.umem().frame_size();
         let max_len = (sock.mtu() + ETH_HLEN).min(frame);
+        let counters = Arc::new(Counters {
+            queue: sock.queue(),
+            ..Counters::default()
+        });
         XskDriver {
             sock: Some(sock),
             pool: pool.clone(),
@@ -126,7 +156,7 @@ impl XskDriver {
             paused: false,
             unkicked: 0,
             kick_batch: KICK_BATCH,
-            counters: Arc::new(Counters::default()),
+            counters,
         }
     }
 
@@ -149,6 +179,13 @@ impl XskDriver {
         self.counters.snapshot()
     }
 
+    /// The link failure a kick of this socket reported ([`Error::LinkDown`]: the interface went
+    /// down or disappeared), if any; it stays set for the socket's life.
+    pub fn link_error(&self) -> Option<Error> {
+        let ifname = self.sock.as_ref().map_or("?", |s| s.ifname());
+        self.counters.link_error(ifname)
+    }
+
     /// Frames in the kernel now.
     pub fn in_flight(&self) -> usize {
         self.inflight.len()
@@ -163,8 +200,8 @@ impl XskDriver {
     fn kick(&mut self) {
         self.unkicked = 0;
         if let Some(sock) = self.sock.as_mut() {
-            if sock.kick_if_needed().is_err() {
-                Counters::add(&self.counters.kick_errors, 1);
+            if let Err(e) = sock.kick_if_needed() {
+                self.counters.kick_failed(&e);
             }
         }
     }
@@ -197,8 +234,8 @@ impl XskDriver {
             match r {
                 Ok(n) if n == REAP_BATCH as usize => continue,
                 Ok(_) => break,
-                Err(_) => {
-                    Counters::add(&self.counters.kick_errors, 1);
+                Err(e) => {
+                    self.counters.kick_failed(&e);
                     break;
                 }
             }

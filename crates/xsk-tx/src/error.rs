@@ -109,6 +109,21 @@ pub enum Error {
         /// Queues the interface has.
         available: u32,
     },
+    /// The interface of a bound socket went down (`ENETDOWN`: `ip link set DEV down`) or
+    /// disappeared (`ENXIO`/`ENODEV`: unregistered, e.g. its veth peer or namespace was
+    /// deleted) while the socket was in use. Frames on the TX ring stay there (they come back
+    /// to the pool when the socket closes); an [`XskDevice`](crate::XskDevice) deactivates the
+    /// queue.
+    LinkDown {
+        /// Interface name.
+        ifname: String,
+        /// The NIC queue of the socket that saw it.
+        queue: u32,
+        /// Whether the interface is gone (unregistered) rather than down.
+        gone: bool,
+        /// The errno.
+        source: io::Error,
+    },
     /// Any other system call failure.
     Io {
         /// What was attempted.
@@ -145,6 +160,7 @@ impl Error {
         match self {
             Error::PermissionDenied { source, .. }
             | Error::KernelTooOld { source, .. }
+            | Error::LinkDown { source, .. }
             | Error::Io { source, .. } => source.raw_os_error(),
             _ => None,
         }
@@ -225,6 +241,30 @@ impl fmt::Display for Error {
                 "cannot open {asked} queue(s): the interface has {available}; ask for 1 to \
                  {available}, or raise its queue count (`ethtool -L DEV combined N`)"
             ),
+            Error::LinkDown {
+                ifname,
+                queue,
+                gone: false,
+                source,
+            } => write!(
+                f,
+                "queue {queue} of {ifname}: the link went down under the AF_XDP socket \
+                 ({source}); its queued packets are dropped; bring the link up (`ip link set \
+                 {ifname} up`), close the device (every frame comes back to the pool) and open \
+                 a new one"
+            ),
+            Error::LinkDown {
+                ifname,
+                queue,
+                gone: true,
+                source,
+            } => write!(
+                f,
+                "queue {queue} of {ifname}: the interface disappeared under the AF_XDP socket \
+                 ({source}; deleted, or its veth peer or namespace was); its queued packets are \
+                 dropped and the socket is unbound for good; close the device (every frame comes \
+                 back to the pool) and open a new one once the interface exists again"
+            ),
             Error::Io { op, source } => write!(f, "{op} failed: {source}"),
         }
     }
@@ -235,6 +275,7 @@ impl std::error::Error for Error {
         match self {
             Error::PermissionDenied { source, .. }
             | Error::KernelTooOld { source, .. }
+            | Error::LinkDown { source, .. }
             | Error::Io { source, .. } => Some(source),
             Error::Config(e) => Some(e),
             _ => None,
@@ -251,7 +292,7 @@ impl From<Error> for io::Error {
             Error::ZeroCopyUnsupported { .. } | Error::KernelTooOld { .. } => {
                 io::ErrorKind::Unsupported
             }
-            Error::Io { source, .. } => source.kind(),
+            Error::Io { source, .. } | Error::LinkDown { source, .. } => source.kind(),
             _ => io::ErrorKind::InvalidInput,
         };
         io::Error::new(kind, e)

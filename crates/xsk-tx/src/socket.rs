@@ -655,16 +655,25 @@ impl XskSocket {
     /// `sendto(MSG_DONTWAIT)`: makes the kernel process the TX ring. `EAGAIN`, `EBUSY` and
     /// `ENOBUFS` mean the kernel is busy or moved its per-call budget (32 frames by default)
     /// and wants another kick later: progress, not errors.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LinkDown`] when the interface is down (`ENETDOWN`) or gone (`ENXIO`,
+    /// `ENODEV`); [`Error::Io`] for anything else.
     pub fn kick(&mut self) -> Result<()> {
         self.kicks += 1;
         match sys::kick_tx(self.as_fd()) {
             Ok(()) => Ok(()),
             Err(e) => match e.raw_os_error() {
                 Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => Ok(()),
-                Some(libc::ENETDOWN) => Err(Error::Io {
-                    op: "sendto(AF_XDP kick): the interface is down; `ip link set DEV up`",
-                    source: e,
-                }),
+                Some(errno @ (libc::ENETDOWN | libc::ENXIO | libc::ENODEV)) => {
+                    Err(Error::LinkDown {
+                        ifname: self.ifname.clone(),
+                        queue: self.queue,
+                        gone: errno != libc::ENETDOWN,
+                        source: e,
+                    })
+                }
                 _ => Err(Error::Io {
                     op: "sendto(AF_XDP kick)",
                     source: e,
