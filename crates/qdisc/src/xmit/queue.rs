@@ -25,7 +25,7 @@ use crate::sync::{
 
 use super::config::{Overflow, Strategy, TxQueueBuilder};
 use super::driver::Driver;
-use super::stats::{Stamp, XmitCounters, XmitStats};
+use super::stats::{Counter, Stamp, XmitCounters, XmitStats};
 
 /// NoLock state bits (`__QDISC_STATE_MISSED`, `__QDISC_STATE_DRAINING`).
 const MISSED: u32 = 1;
@@ -326,14 +326,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     }
 
     fn lock_root(&self) -> MutexGuard<'_, Root<P, Q>> {
-        if let Some(g) = self.root.try_lock() {
-            return g;
-        }
-        let t0 = Stamp::now();
-        let g = self.root.lock();
-        self.counters.root_contended.add(1);
-        self.counters.root_wait_ns.add(t0.elapsed_ns());
-        g
+        let c = &self.counters;
+        lock_counted(&self.root, &c.root_contended, &c.root_wait_ns)
     }
 
     // ---------------------------------------------------------------- DeferList
@@ -447,20 +441,10 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     // ---------------------------------------------------------------- BusyLock
 
     fn xmit_busylock(&self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
-        let mut busy = if self.is_running() {
-            Some(match self.busylock.try_lock() {
-                Some(g) => g,
-                None => {
-                    let t0 = Stamp::now();
-                    let g = self.busylock.lock();
-                    self.counters.busylock_contended.add(1);
-                    self.counters.busylock_wait_ns.add(t0.elapsed_ns());
-                    g
-                }
-            })
-        } else {
-            None
-        };
+        let c = &self.counters;
+        let mut busy = self
+            .is_running()
+            .then(|| lock_counted(&self.busylock, &c.busylock_contended, &c.busylock_wait_ns));
         let mut root = self.lock_root();
         if root.deactivated {
             to_free.drop_packet(pkt, DropReason::Deactivated);
@@ -1055,6 +1039,23 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         s.backlog += root.requeue.iter().map(|p| p.len() as u64).sum::<u64>();
         s
     }
+}
+
+/// Takes `lock`; if it had to wait, counts one contended acquisition and the time waited (what
+/// `perf lock contention` reports).
+fn lock_counted<'a, T>(
+    lock: &'a Mutex<T>,
+    contended: &Counter,
+    wait_ns: &Counter,
+) -> MutexGuard<'a, T> {
+    if let Some(g) = lock.try_lock() {
+        return g;
+    }
+    let t0 = Stamp::now();
+    let g = lock.lock();
+    contended.add(1);
+    wait_ns.add(t0.elapsed_ns());
+    g
 }
 
 /// Bytes of the packets added to `to_free` since it held `before` packets.
