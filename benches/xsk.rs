@@ -202,6 +202,18 @@ impl TxVariant for Pipeline {
     }
 }
 
+/// Sends `n` datagrams of the bench payload in batches of up to `BATCH` with `send_batch`,
+/// which returns how many of a batch went out (the UDP peers' common loop).
+fn send_payloads(n: u64, mut send_batch: impl FnMut(&[&[u8]]) -> usize) {
+    let payload = [0x5au8; PAYLOAD];
+    let batch = [&payload[..]; BATCH];
+    let mut sent = 0u64;
+    while sent < n {
+        let k = (BATCH as u64).min(n - sent) as usize;
+        sent += send_batch(&batch[..k]) as u64;
+    }
+}
+
 /// Plain `sendmmsg`.
 struct Sendmmsg(UdpSendmmsg);
 
@@ -210,13 +222,7 @@ impl TxVariant for Sendmmsg {
         "sendmmsg"
     }
     fn send(&mut self, n: u64) {
-        let payload = [0x5au8; PAYLOAD];
-        let batch = [&payload[..]; BATCH];
-        let mut sent = 0u64;
-        while sent < n {
-            let k = (BATCH as u64).min(n - sent) as usize;
-            sent += self.0.send_batch(&batch[..k]).expect("sendmmsg") as u64;
-        }
+        send_payloads(n, |b| self.0.send_batch(b).expect("sendmmsg"));
     }
 }
 
@@ -228,13 +234,7 @@ impl TxVariant for IoUringSend {
         "io_uring"
     }
     fn send(&mut self, n: u64) {
-        let payload = [0x5au8; PAYLOAD];
-        let batch = [&payload[..]; BATCH];
-        let mut sent = 0u64;
-        while sent < n {
-            let k = (BATCH as u64).min(n - sent) as usize;
-            sent += self.0.send_batch(&batch[..k]).expect("io_uring send") as u64;
-        }
+        send_payloads(n, |b| self.0.send_batch(b).expect("io_uring send"));
     }
 }
 
