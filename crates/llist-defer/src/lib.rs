@@ -23,6 +23,8 @@
 mod defer;
 /// Single-owner intrusive FIFO.
 mod fifo;
+
+pub mod hint;
 /// The intrusive link and the node contract.
 mod link;
 /// The lock-free list and its detached chains.

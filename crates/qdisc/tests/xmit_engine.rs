@@ -3,8 +3,8 @@
 #![cfg(not(lockless_loom))]
 
 use qdisc::{
-    DropReason, FifoBuilder, Overflow, Pfifo, RecordingDriver, Strategy, TestPacket, TxQueue,
-    Verdict,
+    DropReason, FifoBuilder, LATENCY_SAMPLE_EVERY, Overflow, Pfifo, RecordingDriver, Strategy,
+    TestPacket, TxQueue, Verdict,
 };
 
 const STRATEGIES: [Strategy; 3] = [Strategy::BusyLock, Strategy::DeferList, Strategy::NoLock];
@@ -243,4 +243,27 @@ fn bad_config_is_a_typed_error() {
         .help_threshold(11)
         .build(Pfifo::<TestPacket>::new(), RecordingDriver::new());
     assert!(e.unwrap_err().to_string().contains("1..=10"));
+}
+
+#[test]
+fn latency_histogram_times_one_call_in_n() {
+    // A fresh thread, so its call counter starts at zero and the sample count is exact.
+    let counts = std::thread::spawn(|| {
+        let on = TxQueue::builder()
+            .latency_histogram(true)
+            .build(Pfifo::new(), RecordingDriver::new())
+            .unwrap();
+        let off = txq(Strategy::DeferList);
+        let calls = 10 * LATENCY_SAMPLE_EVERY as u64 + 3;
+        for id in 0..calls {
+            on.xmit(TestPacket::new(id, 100));
+            off.xmit(TestPacket::new(id, 100));
+        }
+        assert_eq!(off.stats().latency_ns, None, "off unless asked for");
+        let h = on.stats().latency_ns.expect("the histogram was asked for");
+        (h.iter().sum::<u64>(), on.stats().sent)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(counts, (10, 10 * LATENCY_SAMPLE_EVERY as u64 + 3));
 }

@@ -15,5 +15,5 @@ mod worker;
 pub use config::{DEFAULT_QUOTA, Overflow, Strategy, TxQueueBuilder};
 pub use driver::{Driver, NullDriver, RecordingDriver, TxResult};
 pub use queue::TxQueue;
-pub use stats::XmitStats;
+pub use stats::{LATENCY_SAMPLE_EVERY, XmitStats};
 pub use worker::TxWorker;
