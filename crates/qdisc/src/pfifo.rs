@@ -292,6 +292,17 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
         self.can_bypass
     }
 
+    /// A FIFO gives back what it took in order, so an empty one may be skipped by any batch
+    /// that it would have taken whole (no tail or head drop).
+    fn can_bypass_batch(&self, packets: usize, bytes: u64) -> bool {
+        self.can_bypass
+            && self.queue.is_empty()
+            && match self.kind {
+                FifoKind::Bfifo => bytes <= self.limit,
+                FifoKind::Pfifo | FifoKind::PfifoHeadDrop => packets as u64 <= self.limit,
+            }
+    }
+
     fn stats(&self) -> QdiscStats {
         QdiscStats {
             qlen: self.queue.len() as u64,

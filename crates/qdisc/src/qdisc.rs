@@ -122,6 +122,14 @@ pub trait Qdisc<P: Packet>: Send {
     /// Whether the qdisc is work-conserving, so an empty one may be bypassed
     /// (`TCQ_F_CAN_BYPASS`).
     fn can_bypass(&self) -> bool;
+    /// Whether a batch of `packets` packets (`bytes` bytes in all) arriving at this qdisc
+    /// while it is empty may skip it: enqueueing them and dequeueing them again would give
+    /// back all of them in arrival order, none dropped. True only for a FIFO the batch fits
+    /// in; the default allows a single packet, the kernel's bypass rule.
+    fn can_bypass_batch(&self, packets: usize, bytes: u64) -> bool {
+        let _ = bytes;
+        packets <= 1 && self.can_bypass()
+    }
     /// The basic counters.
     fn stats(&self) -> QdiscStats;
     /// When a qdisc with packets but none eligible now (paced) next has one, in clock ns.
@@ -161,6 +169,9 @@ impl<P: Packet, Q: Qdisc<P> + ?Sized> Qdisc<P> for Box<Q> {
     }
     fn can_bypass(&self) -> bool {
         (**self).can_bypass()
+    }
+    fn can_bypass_batch(&self, packets: usize, bytes: u64) -> bool {
+        (**self).can_bypass_batch(packets, bytes)
     }
     fn stats(&self) -> QdiscStats {
         (**self).stats()

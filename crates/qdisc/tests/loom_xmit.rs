@@ -18,7 +18,15 @@ fn queue(builder: TxQueueBuilder) -> Arc<Txq> {
 /// Both producers transmit; then, *without* any poll or flush, every packet must be in the
 /// driver or a drop counter: nothing stranded in the defer list, the qdisc or the requeue list.
 fn two_producers_nothing_stranded(builder: TxQueueBuilder, per_producer: u64) {
-    let q = queue(builder);
+    two_producers_nothing_stranded_with(builder, per_producer, RecordingDriver::new());
+}
+
+fn two_producers_nothing_stranded_with(
+    builder: TxQueueBuilder,
+    per_producer: u64,
+    driver: RecordingDriver<TestPacket>,
+) {
+    let q = Arc::new(builder.build(Pfifo::new(), driver).unwrap());
     let producers: Vec<_> = (0..2u64)
         .map(|t| {
             let q = q.clone();
@@ -121,7 +129,25 @@ fn defer_list_burst_limit_strands_nothing() {
     });
 }
 
-/// (2d) BusyLock, for completeness.
+/// (2d) Batch bypass with a driver that takes one packet per call: a drained batch of several
+/// skips the empty pfifo, and what the driver hands back must go out before the rest of the
+/// batch and before anything newer, with nothing stranded.
+#[test]
+fn defer_list_batch_bypass_keeps_order() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let mut driver = RecordingDriver::new();
+        driver.accept_per_call = Some(1);
+        two_producers_nothing_stranded_with(
+            TxQueue::builder().strategy(Strategy::DeferList),
+            2,
+            driver,
+        )
+    });
+}
+
+/// (2e) BusyLock, for completeness.
 #[test]
 fn busylock_strands_nothing() {
     loom::model(|| {

@@ -267,3 +267,36 @@ fn latency_histogram_times_one_call_in_n() {
     .unwrap();
     assert_eq!(counts, (10, 10 * LATENCY_SAMPLE_EVERY as u64 + 3));
 }
+
+#[test]
+fn batch_bypass_skips_an_empty_pfifo_and_keeps_order() {
+    for batch_bypass in [true, false] {
+        let mut driver = RecordingDriver::new();
+        driver.accept_per_call = Some(2);
+        let q: Txq = TxQueue::builder()
+            .strategy(Strategy::DeferList)
+            .bulk(3)
+            .batch_bypass(batch_bypass)
+            .build(Pfifo::new(), driver)
+            .unwrap();
+        // While the driver is held, the runner role is taken: the pushes pile up on the defer
+        // list, and the runner that lets go of the driver drains them as one batch.
+        q.with_driver(|_| {
+            for id in 0..10 {
+                assert_eq!(q.xmit(TestPacket::new(id, 60)), Verdict::Success);
+            }
+        });
+        assert_eq!(sent_ids(&q), (0..10).collect::<Vec<_>>(), "{batch_bypass}");
+        let st = q.stats();
+        assert_eq!(st.sent, 10);
+        // The driver takes 2 of each 3 handed to it: the third is handed back and goes first.
+        assert!(st.requeues > 0, "{st:?}");
+        let expect_bypass = if batch_bypass { 10 } else { 0 };
+        assert_eq!(st.bypass, expect_bypass, "batch bypass {batch_bypass}");
+        assert_eq!(
+            q.qdisc_stats().packets,
+            10,
+            "bypassed or dequeued, all count as sent"
+        );
+    }
+}

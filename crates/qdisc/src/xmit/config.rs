@@ -76,6 +76,7 @@ pub struct TxQueueBuilder {
     pub(crate) help_threshold: Option<usize>,
     pub(crate) early_bypass: bool,
     pub(crate) runner_absorbs: bool,
+    pub(crate) batch_bypass: bool,
     pub(crate) latency_histogram: bool,
 }
 
@@ -90,6 +91,7 @@ impl Default for TxQueueBuilder {
             help_threshold: None,
             early_bypass: true,
             runner_absorbs: true,
+            batch_bypass: true,
             latency_histogram: false,
         }
     }
@@ -149,9 +151,23 @@ impl TxQueueBuilder {
         self
     }
 
-    /// The kernel's exact DeferList protocol: no early bypass, no runner absorbing.
+    /// DeferList only: a drained batch of several packets that finds the qdisc empty skips it
+    /// when the qdisc says that enqueueing the batch and dequeueing it again would give the
+    /// same packets in the same order ([`Qdisc::can_bypass_batch`](crate::Qdisc), true for an
+    /// empty pfifo or bfifo the batch fits in). The runner then sends it in `bulk`-sized
+    /// driver calls, counted as bypassed, saving an enqueue and a dequeue per packet (default
+    /// on). Off gives the kernel's rule: only a batch of one bypasses.
+    pub fn batch_bypass(mut self, on: bool) -> Self {
+        self.batch_bypass = on;
+        self
+    }
+
+    /// The kernel's exact DeferList protocol: no early bypass, no runner absorbing, only a
+    /// batch of one bypasses the qdisc.
     pub fn kernel_exact(self) -> Self {
-        self.early_bypass(false).runner_absorbs(false)
+        self.early_bypass(false)
+            .runner_absorbs(false)
+            .batch_bypass(false)
     }
 
     /// Keep a log2 histogram of `xmit` call latency (default off). One call in

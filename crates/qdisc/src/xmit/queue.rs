@@ -189,6 +189,8 @@ impl TxQueueBuilder {
 struct RunRole<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> {
     txq: &'q TxQueue<P, Q, D>,
     batch: Fifo<P>,
+    /// Packets that skip the qdisc (a bypass), sent before anything is dequeued.
+    direct: Fifo<P>,
     /// Whether this thread still holds the role (false once it let go, e.g. before calling
     /// the waker): a panic after that must not release a role another thread may hold now.
     held: bool,
@@ -199,6 +201,7 @@ impl<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> RunRole<'q, P, Q, D> {
         RunRole {
             txq,
             batch,
+            direct: Fifo::new(),
             held: true,
         }
     }
@@ -207,11 +210,16 @@ impl<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> RunRole<'q, P, Q, D> {
 impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for RunRole<'_, P, Q, D> {
     fn drop(&mut self) {
         if !std::thread::panicking() {
+            debug_assert!(
+                self.batch.is_empty() && self.direct.is_empty(),
+                "a runner let go of packets it held"
+            );
             return;
         }
-        let lost = self.batch.len() as u64;
+        let lost = (self.batch.len() + self.direct.len()) as u64;
         self.txq.counters.drops[DropReason::Panic.index()].add(lost);
         drop(core::mem::take(&mut self.batch));
+        drop(core::mem::take(&mut self.direct));
         if self.held {
             self.txq.release_role_after_panic();
         }
@@ -428,7 +436,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         root.requeue.prepend(&mut role.batch);
         if !stopped {
             self.run_begin_locked(&root);
-            drop(self.run(root, Fifo::new(), false, to_free));
+            drop(self.run(root, Fifo::new(), to_free));
         }
         Verdict::Success
     }
@@ -466,7 +474,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             // A helper drained it already; still make sure the qdisc runs.
             if !self.is_running() && root.qlen() != 0 && !root.deactivated {
                 self.run_begin_locked(&root);
-                drop(self.run(root, Fifo::new(), false, to_free));
+                drop(self.run(root, Fifo::new(), to_free));
             }
             return Verdict::Success;
         }
@@ -476,16 +484,16 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             }
             return Verdict::Dropped(DropReason::Deactivated);
         }
-        if batch.len() == 1 && (root.can_bypass() && !self.is_running()) {
+        if root.can_bypass() && !self.is_running() && self.may_bypass(&root, &batch) {
             self.run_begin_locked(&root);
-            drop(self.run(root, batch, true, to_free));
+            drop(self.run(root, batch, to_free));
             return Verdict::Success;
         }
         let single = batch.len() == 1;
         let rc = self.enqueue_all(&mut root, batch, to_free);
         if !self.is_running() {
             self.run_begin_locked(&root);
-            drop(self.run(root, Fifo::new(), false, to_free));
+            drop(self.run(root, Fifo::new(), to_free));
         }
         if single { rc } else { Verdict::Success }
     }
@@ -505,14 +513,14 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         if root.can_bypass() && !self.is_running() {
             self.run_begin_locked(&root);
             drop(busy); // the runner lets go of the busylock, as the kernel does
-            drop(self.run(root, Fifo::from_iter([pkt]), true, to_free));
+            drop(self.run(root, Fifo::from_iter([pkt]), to_free));
             return Verdict::Success;
         }
         let rc = self.enqueue_all(&mut root, Fifo::from_iter([pkt]), to_free);
         if !self.is_running() {
             self.run_begin_locked(&root);
             drop(busy.take());
-            drop(self.run(root, Fifo::new(), false, to_free));
+            drop(self.run(root, Fifo::new(), to_free));
         }
         rc
     }
@@ -520,17 +528,17 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     // ---------------------------------------------------------------- the locked run loop
 
     /// `__qdisc_run` for the locked strategies. The caller holds the root lock and has set
-    /// `running`; `first` is a bypass batch to send before dequeuing anything. Returns with the
-    /// role given back and the lock held.
+    /// `running`; `direct` is a bypass batch (older than anything queued) to send before
+    /// dequeuing anything. Returns with the role given back and the lock held.
     fn run<'a>(
         &'a self,
         mut root: MutexGuard<'a, Root<P, Q>>,
-        first: Fifo<P>,
-        bypass: bool,
+        direct: Fifo<P>,
         to_free: &mut ToFree<P>,
     ) -> MutexGuard<'a, Root<P, Q>> {
-        let mut role = RunRole::new(self, first);
-        let mut bypass = bypass;
+        let mut role = RunRole::new(self, Fifo::new());
+        role.direct = direct;
+        let mut bypass = false;
         let mut quota = self.cfg.quota;
         // DeferList (with `runner_absorbs`): the runner keeps the root lock while it sends and
         // takes the defer list itself between batches, so nobody fights it for the lock per
@@ -539,14 +547,29 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         loop {
             loop {
                 if role.batch.is_empty() {
-                    // dequeue_skb: nothing leaves the qdisc for a stopped queue.
-                    if self.driver_stopped() {
-                        break;
+                    // dequeue_skb: nothing leaves the qdisc for a stopped queue. A bypass batch
+                    // goes to the driver, which finds it stopped and hands it back (requeued),
+                    // as `sch_direct_xmit` does for a bypass packet.
+                    if role.direct.is_empty() {
+                        if self.driver_stopped() {
+                            break;
+                        }
+                        if hold_root {
+                            role.direct = self.absorb_defer_list(&mut root, to_free);
+                        }
                     }
-                    if hold_root {
-                        self.absorb_defer_list(&mut root, to_free);
+                    let max = self.cfg.bulk.min(quota);
+                    bypass = !role.direct.is_empty();
+                    if bypass {
+                        while role.batch.len() < max {
+                            let Some(p) = role.direct.pop_front() else {
+                                break;
+                            };
+                            role.batch.push_back(p);
+                        }
+                    } else {
+                        Self::dequeue_batch(&mut root, &mut role.batch, max);
                     }
-                    Self::dequeue_batch(&mut root, &mut role.batch, self.cfg.bulk.min(quota));
                 }
                 if role.batch.is_empty() {
                     break;
@@ -559,23 +582,31 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                     root = self.lock_root();
                     r
                 };
-                bypass = false;
                 if !role.batch.is_empty() {
                     self.counters
                         .requeues
                         .add_by_runner(role.batch.len() as u64);
-                    root.requeue.prepend(&mut role.batch);
+                    // Handed back: first in line again, ahead of the rest of its own bypass
+                    // batch if it came from one.
+                    let line = if bypass {
+                        &mut role.direct
+                    } else {
+                        &mut root.requeue
+                    };
+                    line.prepend(&mut role.batch);
                 }
                 if stopped {
                     break;
                 }
                 quota = quota.saturating_sub(sent.max(1));
                 if quota == 0 {
-                    if root.qlen() == 0 {
+                    if root.qlen() == 0 && role.direct.is_empty() {
                         break;
                     }
                     self.counters.reschedules.add_by_runner(1);
                     if self.waker.is_some() {
+                        // The poll loop we wake sends the rest of a bypass batch first.
+                        root.requeue.append(&mut role.direct);
                         self.state.fetch_or(SCHED, Ordering::Release);
                         // PENDING goes too: the poll loop we wake drains the defer list.
                         self.running.swap(0, Ordering::AcqRel);
@@ -590,6 +621,10 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                     quota = self.cfg.quota;
                 }
             }
+            // Stopped driver: the rest of a bypass batch waits first in line (the requeue list
+            // is empty while one is in hand: it was only taken into an empty queue).
+            debug_assert!(role.direct.is_empty() || root.requeue.is_empty());
+            root.requeue.append(&mut role.direct);
             // Let go of the role, unless a first pusher left us its batch meanwhile (PENDING):
             // then take the list and go round again. Same-word RMWs order us against it.
             if self
@@ -600,7 +635,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                 return root;
             }
             self.running.fetch_and(!PENDING, Ordering::AcqRel);
-            self.absorb_defer_list(&mut root, to_free);
+            role.direct = self.absorb_defer_list(&mut root, to_free);
             quota = self.cfg.quota;
         }
     }
@@ -621,15 +656,34 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         self.running.load(Ordering::Relaxed) & RUNNING != 0
     }
 
-    /// Takes the defer list whole and enqueues it in arrival order (the drainer's work, done
-    /// by a runner holding the root lock).
-    fn absorb_defer_list(&self, root: &mut Root<P, Q>, to_free: &mut ToFree<P>) {
+    /// Takes the defer list whole (the drainer's work, done by a runner holding the root lock)
+    /// and enqueues it in arrival order, or returns it if it may skip the empty qdisc.
+    fn absorb_defer_list(&self, root: &mut Root<P, Q>, to_free: &mut ToFree<P>) -> Fifo<P> {
         if self.defer.is_empty() {
-            return;
+            return Fifo::new();
         }
         let batch = self.defer.take_all().reverse();
         self.notify_room();
+        if root.can_bypass() && self.may_bypass(root, &batch) {
+            return batch;
+        }
         self.enqueue_all(root, batch, to_free);
+        Fifo::new()
+    }
+
+    /// Whether a drained batch may skip the (empty, bypassable) qdisc: a batch of one always
+    /// (the kernel's rule), a longer one if batch bypass is on and the qdisc agrees.
+    fn may_bypass(&self, root: &Root<P, Q>, batch: &Fifo<P>) -> bool {
+        match batch.len() {
+            0 => false,
+            1 => true,
+            n => {
+                self.cfg.batch_bypass && {
+                    let bytes = batch.iter().map(|p| p.len() as u64).sum();
+                    root.qdisc.can_bypass_batch(n, bytes)
+                }
+            }
+        }
     }
 
     /// Wakes producers parked by `Overflow::Wait` after a drain reset the burst count.
@@ -949,7 +1003,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                 let root = self.lock_root();
                 if !self.is_running() && !root.deactivated && root.qlen() != 0 {
                     self.run_begin_locked(&root);
-                    drop(self.run(root, Fifo::new(), false, to_free));
+                    drop(self.run(root, Fifo::new(), to_free));
                 }
             }
         }
@@ -1056,7 +1110,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                 role.held = false;
                 drop(role);
                 let root = self.lock_root();
-                drop(self.run(root, Fifo::new(), false, to_free));
+                drop(self.run(root, Fifo::new(), to_free));
                 r
             }
         };
