@@ -22,15 +22,18 @@ use qdisc::{
 };
 use skb_pool::{Pool, PoolError, PoolHandle, Skb};
 
-/// Counts live heap bytes, so a leak shows apart from allocator fragmentation in RSS.
+/// Counts live heap bytes, so a leak shows apart from allocator fragmentation in RSS, and
+/// allocation calls, so allocation churn after warm-up shows too.
 struct Counting;
 
 static LIVE: AtomicU64 = AtomicU64::new(0);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: every call forwards to `System` with the caller's arguments unchanged.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: forwarded as is; the caller upholds `alloc`'s contract.
         unsafe { System.alloc(layout) }
     }
@@ -41,6 +44,7 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         LIVE.fetch_add(new_size as u64, Ordering::Relaxed);
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
         LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         // SAFETY: forwarded as is; the caller upholds `realloc`'s contract.
         unsafe { System.realloc(ptr, layout, new_size) }
@@ -120,16 +124,115 @@ impl Driver<Skb> for FlakyDriver {
 
 type Txq = TxQueue<Skb, Box<dyn Qdisc<Skb>>, FlakyDriver>;
 
-fn fq() -> Box<dyn Qdisc<Skb>> {
-    Box::new(FqBuilder::new().build::<Skb>().unwrap())
+/// FQ's per-flow packet limit (the default, named because [`fq`] fills flows to it).
+const FQ_FLOW_LIMIT: u32 = 100;
+
+/// A new `fq`, its per-flow rings grown to their bound before it carries traffic.
+///
+/// FQ keeps each queued packet's `time_to_send` and band in a per-flow ring (`PktCb`, 16 bytes;
+/// the kernel keeps them in `skb->cb`), and a ring keeps its largest capacity for as long as the
+/// qdisc lives: up to `FLOWS` × 128 (`FQ_FLOW_LIMIT` rounded up) × 16 bytes, 2 MiB per `fq`,
+/// ten times what its 10 000-packet limit needs. Under this soak's overload a ring reaches its
+/// next size only when its own flow sets a new backlog record, so the total creeps toward the
+/// bound for many minutes: measured with reused qdiscs, the rings summed 55 000–60 000 entries
+/// per `fq` after 30 s (of 128 000), the live heap rose 3.8 → 7.1 MB over 60 s (RSS +3.8 %),
+/// and RSS minus live heap stayed flat. That is bounded, but it is growth of memory the
+/// library holds, so it is reported for FQ (crates/qdisc/src/fq/flow.rs) rather than averaged
+/// away here; this warm-up takes every ring to its bound deterministically, one flow at a time
+/// (at most `FQ_FLOW_LIMIT` frames out at once), so that what RSS measures afterwards is growth
+/// beyond that bound.
+fn fq(h: &mut PoolHandle) -> Box<dyn Qdisc<Skb>> {
+    let mut q: Box<dyn Qdisc<Skb>> = Box::new(
+        FqBuilder::new()
+            .flow_limit(FQ_FLOW_LIMIT)
+            .build::<Skb>()
+            .unwrap(),
+    );
+    let mut to_free = ToFree::new();
+    for flow in 0..FLOWS {
+        for _ in 0..FQ_FLOW_LIMIT {
+            let mut skb = alloc(h);
+            skb.put(60).unwrap();
+            skb.set_flow_hash(flow);
+            let _ = q.enqueue(skb, &mut to_free);
+        }
+        while let Some(skb) = q.dequeue() {
+            drop(skb);
+        }
+        drop(to_free.take());
+    }
+    assert_eq!(q.len(), 0, "a warmed fq is empty");
+    q
 }
 
-fn random_qdisc(rng: &mut Rng) -> Box<dyn Qdisc<Skb>> {
-    match rng.below(4) {
-        0 | 1 => fq(),
-        2 => Box::new(Pfifo::new()),
-        _ => Box::new(PfifoFast::new()),
+/// The chaos thread's qdiscs: replaced ones are kept and installed again, new ones are built only
+/// when no spare of the wanted kind is left.
+///
+/// Why: building a fresh `fq` 30–40 times a second (what the chaos thread did before) makes
+/// every new instance grow its flow table and 1000 per-flow rings from empty, about 2000 small
+/// heap allocations each, made on the producer threads that enqueue and freed together on the
+/// chaos thread when the instance is replaced. Measured on glibc 2.36 (60 s): about 80 000
+/// allocations a second after warm-up, and RSS creeping by 25–60 KiB/s while the live heap
+/// stayed flat. The creep is glibc's per-thread tcache (up to 7 chunks per size class per
+/// thread, invisible to `malloc_trim` and to the counting allocator) and the fragmentation
+/// those scattered chunks pin: run with `GLIBC_TUNABLES=glibc.malloc.tcache_count=0` and the
+/// same test is flat (+1.4 KiB/s, noise). It is allocator caching under churn the test itself
+/// made, not memory the library holds. A real control plane replaces a qdisc now and then,
+/// not 40 times a second.
+///
+/// Reusing instances keeps everything the chaos is for — the swap under traffic, the old
+/// qdisc's reset and its packets counted as deactivation drops — and adds a check: a reset
+/// qdisc must work again (conservation would catch it if not). At most one spare per kind is
+/// ever built beyond the three installed at once, so at most 12 qdiscs exist, and all of them
+/// are built during warm-up.
+struct Qdiscs {
+    spare: Vec<Box<dyn Qdisc<Skb>>>,
+    built: u64,
+    /// For warming new `fq`s (see [`fq`]).
+    h: PoolHandle,
+}
+
+impl Qdiscs {
+    fn get(&mut self, rng: &mut Rng) -> Box<dyn Qdisc<Skb>> {
+        let kind = match rng.below(4) {
+            0 | 1 => "fq",
+            2 => "pfifo",
+            _ => "pfifo_fast",
+        };
+        if let Some(i) = self.spare.iter().position(|q| q.kind() == kind) {
+            return self.spare.swap_remove(i);
+        }
+        self.built += 1;
+        let q: Box<dyn Qdisc<Skb>> = match kind {
+            "fq" => fq(&mut self.h),
+            "pfifo" => Box::new(Pfifo::new()),
+            _ => Box::new(PfifoFast::new()),
+        };
+        assert_eq!(q.kind(), kind);
+        q
     }
+
+    /// Takes back a replaced qdisc (already reset by `replace_qdisc`: empty, capacity kept).
+    fn put(&mut self, q: Box<dyn Qdisc<Skb>>) {
+        assert_eq!(q.len(), 0, "a replaced {} must come back empty", q.kind());
+        self.spare.push(q);
+    }
+}
+
+/// Growth of RSS after warm-up, from a least-squares line through every sample after warm-up:
+/// the fitted rise over that window, relative to the fitted value where it starts. One sample
+/// against another (the warm-up maximum against the last sample, as this test did before)
+/// swings by the live set of the moment; the line measures the trend, and a step anywhere in
+/// the window still lifts it.
+fn fitted_growth(samples: &[(f64, f64)]) -> f64 {
+    let n = samples.len() as f64;
+    let mt = samples.iter().map(|s| s.0).sum::<f64>() / n;
+    let mr = samples.iter().map(|s| s.1).sum::<f64>() / n;
+    let stt: f64 = samples.iter().map(|s| (s.0 - mt).powi(2)).sum();
+    let slope = samples.iter().map(|s| (s.0 - mt) * (s.1 - mr)).sum::<f64>() / stt;
+    let (t_first, t_last) = (samples[0].0, samples[samples.len() - 1].0);
+    let start = mr + slope * (t_first - mt);
+    slope * (t_last - t_first) / start
 }
 
 /// Resident set size in bytes (`/proc/self/statm`, second field, pages), after asking glibc to
@@ -162,11 +265,14 @@ fn alloc(h: &mut PoolHandle) -> Skb {
 
 #[test]
 fn soak() {
-    // One malloc arena: glibc's per-thread arenas (up to 8 per core) keep growing slowly as
-    // frees land in other threads' arenas, which reads as RSS creep with a flat live heap.
+    // Few malloc arenas: glibc's per-thread arenas (up to 8 per core) grow slowly as frees land
+    // in other threads' arenas. Threads spawned from here on share the arenas that exist: the
+    // main one and, as smaps shows, the one this test thread got from its first allocation,
+    // which came before this call. (The larger creep was the tcache; see `Qdiscs`.)
     // SAFETY: mallopt only tunes the allocator; called before the test's threads start.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     let duration = Duration::from_secs(secs());
+    // Warm-up: the qdiscs are all built and grown, handles and the depot at their sizes.
     let warmup = (duration / 5)
         .max(Duration::from_secs(1))
         .min(Duration::from_secs(30));
@@ -179,6 +285,7 @@ fn soak() {
         .unwrap();
     let heap_before = LIVE.load(Ordering::Relaxed);
     let links: Vec<Arc<Link>> = (0..3).map(|_| Arc::new(Link::default())).collect();
+    let mut h0 = pool.handle().unwrap();
     let queues: Arc<Vec<Txq>> = Arc::new(
         [Strategy::BusyLock, Strategy::DeferList, Strategy::NoLock]
             .into_iter()
@@ -188,7 +295,7 @@ fn soak() {
                 TxQueue::builder()
                     .strategy(s)
                     .build(
-                        fq(),
+                        fq(&mut h0),
                         FlakyDriver {
                             link: link.clone(),
                             rng: Rng(0x9e37_79b9 + i as u64),
@@ -198,6 +305,7 @@ fn soak() {
             })
             .collect(),
     );
+    drop(h0);
     let offered: Arc<Vec<AtomicU64>> = Arc::new((0..3).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(PRODUCERS + 3));
@@ -259,10 +367,16 @@ fn soak() {
 
     // Chaos: qdisc replacement, deactivation and activation.
     let chaos = {
-        let (queues, stop, start) = (queues.clone(), stop.clone(), start.clone());
+        let (pool, queues, stop, start) =
+            (pool.clone(), queues.clone(), stop.clone(), start.clone());
         thread::spawn(move || {
             let mut rng = Rng(0xdead_beef);
             let (mut replaced, mut deactivated) = (0u64, 0u64);
+            let mut qdiscs = Qdiscs {
+                spare: Vec::new(),
+                built: 0,
+                h: pool.handle().unwrap(),
+            };
             start.wait();
             while !stop.load(Ordering::Relaxed) {
                 let q = &queues[rng.below(3) as usize];
@@ -272,23 +386,30 @@ fn soak() {
                     thread::sleep(Duration::from_micros(rng.below(500)));
                     q.activate();
                 } else {
-                    drop(q.replace_qdisc(random_qdisc(&mut rng)));
+                    let new = qdiscs.get(&mut rng);
+                    qdiscs.put(q.replace_qdisc(new));
                     replaced += 1;
                 }
                 thread::sleep(Duration::from_millis(1 + rng.below(5)));
             }
-            (replaced, deactivated)
+            (replaced, deactivated, qdiscs.built)
         })
     };
 
     start.wait();
     let t0 = Instant::now();
     // Sample RSS as the run goes (the sleeps only pace the samples).
-    let mut samples = Vec::new();
+    // Reserved up front: the sampler's own bookkeeping must not grow the heap it measures.
+    let mut samples = Vec::with_capacity(4 * secs() as usize + 8);
+    let mut allocs_warm = None;
     while t0.elapsed() < duration {
         thread::sleep(Duration::from_millis(250).min(duration.saturating_sub(t0.elapsed())));
         samples.push((t0.elapsed(), rss(), LIVE.load(Ordering::Relaxed)));
+        if allocs_warm.is_none() && t0.elapsed() > warmup {
+            allocs_warm = Some((t0.elapsed(), ALLOCS.load(Ordering::Relaxed)));
+        }
     }
+    let allocs_end = (t0.elapsed(), ALLOCS.load(Ordering::Relaxed));
     let rss_warm = samples
         .iter()
         .filter(|(t, ..)| *t <= warmup)
@@ -309,7 +430,7 @@ fn soak() {
         t.join().unwrap();
     }
     nic.join().unwrap();
-    let (replaced, deactivated) = chaos.join().unwrap();
+    let (replaced, deactivated, built) = chaos.join().unwrap();
 
     // Drain: the driver has room, every queue runs dry.
     for (q, link) in queues.iter().zip(&links) {
@@ -351,12 +472,34 @@ fn soak() {
     assert_eq!(ps.in_use, 0, "{ps:?}");
     assert_eq!(ps.free, FRAMES, "every frame back in the pool: {ps:?}");
     assert!(replaced > 0 && deactivated > 0, "{replaced} {deactivated}");
-    let growth = rss_end as f64 / rss_warm as f64 - 1.0;
+    assert!(
+        built <= 9,
+        "{built} qdiscs built: spares are not being reused"
+    );
+    let after: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|(t, ..)| *t > warmup)
+        .map(|&(t, r, _)| (t.as_secs_f64(), r as f64))
+        .collect();
+    let raw = rss_end as f64 / rss_warm as f64 - 1.0;
+    // Under a second after warm-up is too short for a line: then warm-up max against last.
+    let growth = if after.len() >= 4 {
+        fitted_growth(&after)
+    } else {
+        raw
+    };
+    let per_s = |(t1, a1): (Duration, u64), (t0, a0): (Duration, u64)| {
+        (a1 - a0) as f64 / (t1 - t0).as_secs_f64().max(1e-9)
+    };
     eprintln!(
-        "soak: {total} packets in {duration:?}, {replaced} qdisc replacements, {deactivated} \
-         deactivations, RSS {rss_warm} -> {rss_end} bytes ({:+.3} %), live heap {heap_before} -> \
-         {heap_after} bytes",
-        growth * 100.0
+        "soak: {total} packets in {duration:?}, {replaced} qdisc replacements ({built} qdiscs \
+         built), {deactivated} deactivations; RSS after warm-up {:+.3} % (fitted over {} \
+         samples; warm-up max {rss_warm} -> last {rss_end} bytes: {:+.3} %); heap allocations \
+         after warm-up {:.0}/s; live heap {heap_before} -> {heap_after} bytes",
+        growth * 100.0,
+        after.len(),
+        raw * 100.0,
+        allocs_warm.map_or(0.0, |w| per_s(allocs_end, w)),
     );
     // A leak shows in the live heap: once the queues are gone it is back where it started.
     assert!(
@@ -366,10 +509,10 @@ fn soak() {
     let max_pct: f64 = std::env::var("LOCKLESS_SOAK_RSS_PCT")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(5.0);
+        .unwrap_or(1.0);
     assert!(
         growth * 100.0 < max_pct,
-        "RSS grew by {:.3} % after warm-up ({rss_warm} -> {rss_end}), limit {max_pct} %",
+        "RSS grew by {:.3} % after warm-up (fitted), limit {max_pct} %",
         growth * 100.0
     );
 }
