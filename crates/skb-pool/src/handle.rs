@@ -444,6 +444,59 @@ impl PoolHandle {
         n
     }
 
+    /// Allocates one frame, waiting up to `timeout` for one to come back if the pool is
+    /// exhausted: the `Wait` policy beside [`alloc`](Self::alloc)'s fail-fast one.
+    ///
+    /// While it waits it keeps draining every source a frame can come back through — this
+    /// owner's defer list (remote frees), the overflow list, the depot (handles that were
+    /// dropped, caches that spilled) and vacant owners' defer lists — and pushes this handle's
+    /// own outgoing free batches first, so two owners waiting on each other's frames do not
+    /// deadlock. Between attempts it yields the CPU. It takes no lock and parks on nothing, so
+    /// a frame freed by any thread, with or without a handle, ends the wait on the next attempt.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skb_pool::{Pool, PoolError};
+    ///
+    /// let pool = Pool::builder().frame_count(4).build()?;
+    /// let mut a = pool.handle()?;
+    /// let held: Vec<_> = (0..4).map(|_| a.alloc()).collect::<Result<_, _>>()?;
+    /// // Nothing comes back: the wait ends with the typed error after the timeout.
+    /// assert_eq!(a.alloc_wait(Duration::from_millis(10)).unwrap_err(), PoolError::Exhausted);
+    ///
+    /// // Another thread frees a frame while `waiter` waits; the wait ends with it.
+    /// let pool2 = pool.clone();
+    /// let waiter = std::thread::spawn(move || {
+    ///     let mut b = pool2.handle().unwrap();
+    ///     b.alloc_wait(Duration::from_secs(60)).map(drop)
+    /// });
+    /// drop(held);
+    /// drop(a); // its cache goes back to the shared depot, where `b` finds it
+    /// waiter.join().unwrap()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::Exhausted`] if no frame came back within `timeout`.
+    pub fn alloc_wait(&mut self, timeout: std::time::Duration) -> Result<Skb, PoolError> {
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        loop {
+            // `alloc` drains the defer list, the overflow list, the depot and vacant slots
+            // whenever the local cache is dry.
+            match self.alloc() {
+                Err(PoolError::Exhausted) => {}
+                other => return other,
+            }
+            // Our own unflushed frees may be what another waiting owner needs.
+            self.flush_frees();
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Err(PoolError::Exhausted);
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// Frees many frames through this handle: local frees into the cache, remote ones into the
     /// outgoing batches (no thread-local lookup per frame).
     pub fn free_bulk<I: IntoIterator<Item = Skb>>(&mut self, skbs: I) {
