@@ -8,7 +8,15 @@
 //! clock (twice per packet, as the kernel does); `fq_manual_clock` is the same scheduler on a
 //! clock that costs one atomic load.
 //!
-//! Run: `cargo bench --bench qdisc`.
+//! pfifo is compared with `VecDeque` twice. `vecdeque` is the plain push/pop the target names:
+//! it moves pointers and never reads a packet. An intrusive FIFO cannot do that (its link lives
+//! in the packet, so a dequeue reads the head packet), and neither can any real dequeuer, which
+//! reads at least the length of what it sends. So `vecdeque_len` and `pfifo_len` also read the
+//! dequeued packet's length, as a driver does, and compare what a sender pays in each case. Both
+//! pairs are reported; neither replaces the other.
+//!
+//! Run: `cargo bench --bench qdisc`; on a loaded machine, `QDISC_BENCH_ROUNDS=15 cargo bench
+//! --bench qdisc` interleaves the variants instead (see [`interleaved`]).
 
 use std::collections::VecDeque;
 use std::hint::black_box;
@@ -17,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use qdisc::{
-    FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, PfifoFastBuilder, Qdisc,
-    TestPacket, ToFree,
+    FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, Packet, Pfifo, PfifoFastBuilder,
+    Qdisc, TestPacket, ToFree,
 };
 
 const FLOWS: [usize; 4] = [1, 100, 10_000, 100_000];
@@ -65,6 +73,30 @@ fn run_qdisc<Q: Qdisc<TestPacket>>(
     );
 }
 
+/// pfifo's loop with the sender's read of the length, the peer of `vecdeque_len`.
+fn run_pfifo_len(
+    c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    flows: usize,
+    mut q: Pfifo<TestPacket>,
+) {
+    let mut to_free = ToFree::new();
+    for p in packets(flows) {
+        q.enqueue(p, &mut to_free);
+    }
+    c.bench_function(BenchmarkId::new("pfifo_len", flows), |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                let p = q.dequeue().expect("backlogged");
+                black_box(p.len());
+                black_box(q.enqueue(p, &mut to_free));
+            }
+            start.elapsed()
+        })
+    });
+    assert!(to_free.is_empty(), "pfifo_len: nothing dropped");
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("qdisc");
     g.throughput(Throughput::Elements(1));
@@ -83,8 +115,22 @@ fn bench(c: &mut Criterion) {
                 start.elapsed()
             })
         });
+        // The same loop, reading each dequeued packet's length as a sender does.
+        g.bench_function(BenchmarkId::new("vecdeque_len", flows), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let p = dq.pop_front().expect("backlogged");
+                    black_box(p.len());
+                    dq.push_back(black_box(p));
+                }
+                start.elapsed()
+            })
+        });
         let pfifo = FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
         run_qdisc(&mut g, "pfifo", flows, pfifo);
+        let pfifo = FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
+        run_pfifo_len(&mut g, flows, pfifo);
         let fast = PfifoFastBuilder::new()
             .tx_queue_len(1 << 20)
             .build()
@@ -108,7 +154,119 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+/// One variant of the interleaved mode: runs `n` dequeue+enqueue steps and returns the time.
+type Step = Box<dyn FnMut(u64) -> Duration>;
+
+/// A prefilled qdisc as a [`Step`]; `read_len` adds the sender's read of the length.
+fn step_qdisc<Q: Qdisc<TestPacket> + 'static>(flows: usize, mut q: Q, read_len: bool) -> Step {
+    let mut to_free = ToFree::new();
+    for p in packets(flows) {
+        q.enqueue(p, &mut to_free);
+    }
+    assert!(to_free.is_empty(), "the prefill must fit");
+    Box::new(move |n| {
+        let start = Instant::now();
+        for _ in 0..n {
+            let p = q.dequeue().expect("backlogged");
+            if read_len {
+                black_box(p.len());
+            }
+            black_box(q.enqueue(p, &mut to_free));
+        }
+        let t = start.elapsed();
+        assert!(to_free.is_empty(), "nothing dropped in steady state");
+        t
+    })
+}
+
+/// The `VecDeque` baseline as a [`Step`].
+fn step_vecdeque(flows: usize, read_len: bool) -> Step {
+    let mut dq: VecDeque<TestPacket> = packets(flows).into_iter().collect();
+    Box::new(move |n| {
+        let start = Instant::now();
+        for _ in 0..n {
+            let p = dq.pop_front().expect("backlogged");
+            if read_len {
+                black_box(p.len());
+            }
+            dq.push_back(black_box(p));
+        }
+        start.elapsed()
+    })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `QDISC_BENCH_ROUNDS=N cargo bench --bench qdisc`: instead of criterion, every variant of
+/// one flow count runs a short slice in turn, N rounds, so that load from other processes on a
+/// shared machine falls on all of them alike. Prints each variant's median and minimum ns per
+/// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque and
+/// pfifo_len/vecdeque_len.
+fn interleaved(rounds: usize) {
+    println!("flows variant median_ns min_ns");
+    for flows in FLOWS {
+        let mut variants: Vec<(&str, Step)> = vec![
+            ("vecdeque", step_vecdeque(flows, false)),
+            ("vecdeque_len", step_vecdeque(flows, true)),
+        ];
+        let pfifo = || FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
+        variants.push(("pfifo", step_qdisc(flows, pfifo(), false)));
+        variants.push(("pfifo_len", step_qdisc(flows, pfifo(), true)));
+        let fast = PfifoFastBuilder::new()
+            .tx_queue_len(1 << 20)
+            .build()
+            .expect("valid");
+        variants.push(("pfifo_fast", step_qdisc(flows, fast, false)));
+        let fq: qdisc::Fq<TestPacket> = FqBuilder::new()
+            .clock(Arc::new(MonotonicClock))
+            .limit(1 << 20)
+            .build()
+            .expect("valid");
+        variants.push(("fq", step_qdisc(flows, fq, false)));
+        let fq: qdisc::Fq<TestPacket> = FqBuilder::new()
+            .clock(Arc::new(ManualClock::new(1)))
+            .limit(1 << 20)
+            .build()
+            .expect("valid");
+        variants.push(("fq_manual_clock", step_qdisc(flows, fq, false)));
+        // Each slice cycles through every queued packet a few times (at least 200 000 steps).
+        let n = (4 * flows.max(64)).max(200_000) as u64;
+        for (_, step) in &mut variants {
+            step(n); // warm-up: one pass
+        }
+        let mut ns: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+        for _ in 0..rounds {
+            for (i, (_, step)) in variants.iter_mut().enumerate() {
+                ns[i].push(step(n).as_nanos() as f64 / n as f64);
+            }
+        }
+        for (i, (name, _)) in variants.iter().enumerate() {
+            let min = ns[i].iter().copied().fold(f64::INFINITY, f64::min);
+            println!("{flows} {name} {:.2} {min:.2}", median(&mut ns[i].clone()));
+        }
+        for (a, b) in [(2, 0), (3, 1)] {
+            let mut r: Vec<f64> = ns[a].iter().zip(&ns[b]).map(|(x, y)| x / y).collect();
+            println!(
+                "{flows} ratio:{}/{} {:.2}",
+                variants[a].0,
+                variants[b].0,
+                median(&mut r)
+            );
+        }
+    }
+}
+
 fn main() {
+    if let Some(rounds) = std::env::var("QDISC_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        interleaved(rounds);
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
     c.final_summary();

@@ -123,6 +123,17 @@ impl<N: Node> Fifo<N> {
         Some(unsafe { N::from_link(link) })
     }
 
+    /// Hints the CPU to load the front node's link (and so the start of the node) now, so that
+    /// the next [`pop_front`](Self::pop_front) does not wait for memory. Call it after a pop,
+    /// when the queue is long enough that its head has left the cache. Only a hint: see
+    /// [`hint::prefetch`](crate::hint::prefetch); an empty queue prefetches nothing.
+    #[inline]
+    pub fn prefetch_front(&self) {
+        if !self.head.is_null() {
+            crate::hint::prefetch(self.head);
+        }
+    }
+
     /// A view of the front node.
     #[inline]
     pub fn front(&self) -> Option<NodeRef<'_, N>> {

@@ -3,7 +3,7 @@
 //! robin over each band's new and old flows, then pacing.
 
 use super::config::FQ_BANDS;
-use super::flow::NIL;
+use super::flow::{NIL, credit_of};
 use super::pacing::pace;
 use super::{Fq, ListSel};
 use crate::packet::Packet;
@@ -64,8 +64,8 @@ impl<P: Packet> Fq<P> {
         if self.qlen == self.stash.len() {
             return None;
         }
-        if let Some((src, _)) = self.internal.peek() {
-            let (pkt, _) = self.internal.take(src)?;
+        if let Some((src, _)) = self.internal.peek(&self.internal_cold) {
+            let (pkt, _) = self.internal.take(&mut self.internal_cold, src)?;
             self.internal.qlen -= 1;
             return Some(pkt);
         }
@@ -106,13 +106,14 @@ impl<P: Packet> Fq<P> {
             let idx = head_first;
             retry = 0;
             if self.table.get(idx).credit <= 0 {
-                self.table.get_mut(idx).credit += i64::from(self.cfg.quantum);
+                let f = self.table.get_mut(idx);
+                f.credit = f.credit.saturating_add(credit_of(self.cfg.quantum.into()));
                 self.pop_head(sel);
                 self.flow_add_tail(idx, ListSel::Old);
                 continue;
             }
 
-            let Some((src, cb)) = self.table.get(idx).peek() else {
+            let Some((src, cb)) = self.table.get(idx).peek(self.table.cold(idx)) else {
                 self.pop_head(sel);
                 // A new flow that ran dry passes once through the old list (anti-starvation);
                 // an old one is detached and left for GC.
@@ -131,8 +132,11 @@ impl<P: Packet> Fq<P> {
                 self.flow_set_throttled(idx);
                 continue;
             }
-            let f = self.table.get_mut(idx);
-            let (mut pkt, _) = f.take(src)?;
+            // The round robin goes on to this flow's successor: with many flows it has left the
+            // cache since its last turn, so start loading it now.
+            self.table.prefetch(self.table.get(idx).next);
+            let (f, cold) = self.table.both_mut(idx);
+            let (mut pkt, _) = f.take(cold, src)?;
             let late = now
                 .wrapping_sub(time_next_packet)
                 .wrapping_sub(self.cfg.ce_threshold_ns);
@@ -148,7 +152,7 @@ impl<P: Packet> Fq<P> {
 
             let mut plen = pkt.len() as u64;
             let f = self.table.get_mut(idx);
-            f.credit -= plen as i64;
+            f.credit = f.credit.saturating_sub(credit_of(plen));
             self.bands[self.band_nr].credit -= plen as i64;
 
             if !self.cfg.rate_enable {

@@ -1,6 +1,6 @@
 //! `fq_enqueue`, `fq_classify` and `fq_fastpath_check`.
 
-use super::flow::{FlowState, PktCb};
+use super::flow::{FlowState, PktCb, credit_of};
 use super::{Fq, ListSel};
 use crate::packet::{DropReason, FlowKey, Packet};
 use crate::qdisc::{ToFree, Verdict};
@@ -58,7 +58,7 @@ impl<P: Packet> Fq<P> {
         match self.classify(&pkt, cb.time_to_send, now) {
             Class::Internal => {
                 self.internal.qlen += 1;
-                self.internal.push(pkt, cb);
+                self.internal.push(&mut self.internal_cold, pkt, cb);
             }
             Class::Flow(idx) => {
                 let f = self.table.get(idx);
@@ -78,16 +78,16 @@ impl<P: Packet> Fq<P> {
                     if (after as i64) > 0 {
                         let f = self.table.get_mut(idx);
                         // The kernel compares as u32; a detached flow's credit is never negative.
-                        f.credit = f.credit.max(i64::from(self.cfg.quantum));
+                        f.credit = f.credit.max(credit_of(self.cfg.quantum.into()));
                     }
                 }
-                let f = self.table.get_mut(idx);
+                let (f, cold) = self.table.both_mut(idx);
                 f.band = band as u8;
                 if f.qlen == 0 {
                     self.inactive_flows -= 1;
                 }
                 f.qlen += 1;
-                f.push(pkt, cb);
+                f.push(cold, pkt, cb);
                 self.band_pkt_count[band] += 1;
             }
         }
@@ -143,14 +143,15 @@ impl<P: Packet> Fq<P> {
             self.counters.gc_flows += u64::from(gc.freed);
         }
 
-        if let Some(idx) = self.table.lookup(key) {
+        if let Some(hit) = self.table.find(key) {
+            let idx = hit.slot;
             if let Some(hash) = socket_hash {
-                if self.table.get(idx).socket_hash != hash {
+                if hit.socket_hash != hash {
                     // The socket was freed and its identity reused: start the flow afresh.
+                    self.table.set_socket_hash(hit, hash);
                     let throttled = self.table.get(idx).state == FlowState::Throttled;
                     let f = self.table.get_mut(idx);
-                    f.credit = i64::from(self.cfg.initial_quantum);
-                    f.socket_hash = hash;
+                    f.credit = credit_of(self.cfg.initial_quantum.into());
                     if throttled {
                         self.flow_unset_throttled(idx);
                     }
@@ -164,10 +165,12 @@ impl<P: Packet> Fq<P> {
             self.counters.allocation_errors += 1;
             return Class::Internal;
         }
-        let idx = self.table.insert(key, now);
+        let Some(idx) = self.table.insert(key, socket_hash.unwrap_or(0), now) else {
+            self.counters.allocation_errors += 1;
+            return Class::Internal;
+        };
         let f = self.table.get_mut(idx);
-        f.socket_hash = socket_hash.unwrap_or(0);
-        f.credit = i64::from(self.cfg.initial_quantum);
+        f.credit = credit_of(self.cfg.initial_quantum.into());
         self.flows += 1;
         self.inactive_flows += 1;
         Class::Flow(idx)

@@ -4,8 +4,16 @@
 //! Packets whose `time_to_send` does not go backwards sit in an intrusive [`Fifo`] (O(1), no
 //! allocation); a packet stamped earlier than the tail goes to a per-flow ordered map, as the
 //! kernel puts it in the flow's rbtree, and `peek` takes whichever is earlier. The kernel keeps
-//! `time_to_send` and the band in `skb->cb`; here they ride in a parallel ring ([`PktCb`]),
-//! which keeps its capacity while the flow lives, so steady-state queueing allocates nothing.
+//! `time_to_send` and the band in `skb->cb`; here the head packet's ride in the flow itself and
+//! the others' in a ring ([`PktCb`]) that keeps its capacity while the flow lives, so
+//! steady-state queueing allocates nothing.
+//!
+//! A flow is split in two for the cache. [`Flow`] holds what every enqueue and dequeue of an
+//! ordinary flow reads and writes, in one 64-byte line: the packet list, the head packet's
+//! metadata, credit, length, round-robin link, band, state, pacing time and idle time.
+//! [`FlowCold`], in a parallel array, holds what only deep flows, out-of-order stamps,
+//! throttling and garbage collection need. With 100 000 flows served round robin every flow is
+//! cold when its turn comes, so each line a dequeue touches is a miss.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -30,6 +38,7 @@ pub(super) struct PktCb {
 
 /// Where a flow is (the kernel encodes this in `age`'s low bit and `next == &throttled`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(super) enum FlowState {
     /// On no list: empty, waiting to be reused or garbage-collected (`fq_flow_set_detached`).
     Detached,
@@ -46,99 +55,137 @@ pub(super) enum Src {
     Tree,
 }
 
+/// `flags`: the head packet carried an EDT stamp.
+const HEAD_EDT: u8 = 1;
+/// `flags`: the out-of-order map (in [`FlowCold`]) holds packets.
+const HAS_TREE: u8 = 2;
+
+/// The hot part of a flow: one cache line.
+#[repr(C, align(64))]
 pub(super) struct Flow<P: Packet> {
     head: Fifo<P>,
+    /// `time_to_send` of the linear list's head packet (valid while the list is not empty).
+    head_tts: u64,
+    pub(super) time_next_packet: u64,
+    /// When the flow was detached (`age`, ns).
+    pub(super) age: u64,
+    /// DRR credit in bytes (the kernel's `int credit`; quanta are at most 1 MiB).
+    pub(super) credit: i32,
+    pub(super) qlen: u32,
+    /// Next flow on the round-robin list this flow is on.
+    pub(super) next: u32,
+    pub(super) band: u8,
+    pub(super) state: FlowState,
+    /// The band of the linear list's head packet.
+    head_band: u8,
+    flags: u8,
+}
+
+/// The cold part of a flow, touched off the common path.
+pub(super) struct FlowCold<P: Packet> {
+    /// Metadata of the linear list's packets after the head, in order.
     cbs: VecDeque<PktCb>,
     t_root: BTreeMap<(u64, u64), (P, PktCb)>,
     t_seq: u64,
     /// The flow key: a socket id `<< 1`, or `(masked hash << 1) | 1` (the odd-key trick).
     pub(super) key: u128,
-    /// `sk_hash` of the socket when the flow was (re)started; a change means socket reuse.
-    pub(super) socket_hash: u32,
-    pub(super) qlen: u32,
-    pub(super) credit: i64,
-    pub(super) band: u8,
-    /// Next flow on the round-robin list this flow is on.
-    pub(super) next: u32,
-    pub(super) state: FlowState,
-    /// When the flow was detached (`age`, ns).
-    pub(super) age: u64,
     /// Identifies the current detachment, so a stale GC entry is recognised.
     pub(super) detach_id: u64,
-    pub(super) time_next_packet: u64,
     /// This flow's key in the delayed set while throttled.
     pub(super) delayed_key: (u64, u64),
+}
+
+/// Saturating conversion of a byte count to credit.
+#[inline]
+pub(super) fn credit_of(bytes: u64) -> i32 {
+    i32::try_from(bytes).unwrap_or(i32::MAX)
 }
 
 impl<P: Packet> Flow<P> {
     pub(super) fn new() -> Self {
         Flow {
             head: Fifo::new(),
-            cbs: VecDeque::new(),
-            t_root: BTreeMap::new(),
-            t_seq: 0,
-            key: 0,
-            socket_hash: 0,
-            qlen: 0,
-            credit: 0,
-            band: 0,
-            next: NIL,
-            state: FlowState::Detached,
-            age: 0,
-            detach_id: 0,
+            head_tts: 0,
             time_next_packet: 0,
-            delayed_key: (0, 0),
+            age: 0,
+            credit: 0,
+            qlen: 0,
+            next: NIL,
+            band: 0,
+            state: FlowState::Detached,
+            head_band: 0,
+            flags: 0,
         }
     }
 
     /// Re-initialises a recycled slot as a fresh, detached, empty flow (`kmem_cache_zalloc` +
-    /// `fq_flow_set_detached`), keeping the ring's capacity.
-    pub(super) fn reinit(&mut self, key: u128, now: u64, detach_id: u64) {
-        debug_assert!(self.head.is_empty() && self.t_root.is_empty());
-        self.key = key;
-        self.socket_hash = 0;
-        self.qlen = 0;
+    /// `fq_flow_set_detached`).
+    pub(super) fn reinit(&mut self, now: u64) {
+        debug_assert!(self.head.is_empty() && self.flags & HAS_TREE == 0);
         self.credit = 0;
+        self.qlen = 0;
         self.band = 0;
         self.next = NIL;
         self.state = FlowState::Detached;
         self.age = now;
-        self.detach_id = detach_id;
         self.time_next_packet = 0;
-        self.delayed_key = (0, 0);
+        self.flags = 0;
     }
 
     /// Appends a packet (`flow_queue_add`): to the linear list if it is empty or the packet is
     /// not earlier than its tail, otherwise to the ordered map (equal stamps keep arrival order).
     #[inline]
-    pub(super) fn push(&mut self, pkt: P, cb: PktCb) {
-        let linear = match self.cbs.back() {
-            None => true,
-            Some(tail) => cb.time_to_send >= tail.time_to_send,
+    pub(super) fn push(&mut self, cold: &mut FlowCold<P>, pkt: P, cb: PktCb) {
+        let linear = match self.head.len() {
+            0 => {
+                self.head_tts = cb.time_to_send;
+                self.head_band = cb.band;
+                self.flags = (self.flags & !HEAD_EDT) | if cb.edt { HEAD_EDT } else { 0 };
+                self.head.push_back(pkt);
+                return;
+            }
+            1 => cb.time_to_send >= self.head_tts,
+            _ => cold
+                .cbs
+                .back()
+                .is_none_or(|tail| cb.time_to_send >= tail.time_to_send),
         };
         if linear {
             self.head.push_back(pkt);
-            self.cbs.push_back(cb);
+            cold.cbs.push_back(cb);
         } else {
-            self.t_seq += 1;
-            self.t_root.insert((cb.time_to_send, self.t_seq), (pkt, cb));
+            cold.t_seq += 1;
+            cold.t_root.insert((cb.time_to_send, cold.t_seq), (pkt, cb));
+            self.flags |= HAS_TREE;
+        }
+    }
+
+    #[inline]
+    fn head_cb(&self) -> PktCb {
+        PktCb {
+            time_to_send: self.head_tts,
+            band: self.head_band,
+            edt: self.flags & HEAD_EDT != 0,
         }
     }
 
     /// The next packet's metadata and where it is (`fq_peek`).
     #[inline]
-    pub(super) fn peek(&self) -> Option<(Src, PktCb)> {
-        let linear = self.cbs.front();
-        let tree = self.t_root.first_key_value().map(|(_, (_, cb))| cb);
+    pub(super) fn peek(&self, cold: &FlowCold<P>) -> Option<(Src, PktCb)> {
+        let linear = (!self.head.is_empty()).then(|| self.head_cb());
+        if self.flags & HAS_TREE == 0 {
+            return linear.map(|h| (Src::Linear, h));
+        }
+        let tree = cold.t_root.first_key_value().map(|(_, (_, cb))| *cb);
         match (linear, tree) {
             (None, None) => None,
-            (Some(h), None) => Some((Src::Linear, *h)),
-            (None, Some(t)) => Some((Src::Tree, *t)),
+            (Some(h), None) => Some((Src::Linear, h)),
+            (None, Some(t)) => Some((Src::Tree, t)),
             (Some(h), Some(t)) => {
                 if t.time_to_send < h.time_to_send {
-                    Some((Src::Tree, *t))
+                    Some((Src::Tree, t))
                 } else {
-                    Some((Src::Linear, *h))
+                    Some((Src::Linear, h))
                 }
             }
         }
@@ -146,42 +193,114 @@ impl<P: Packet> Flow<P> {
 
     /// Removes the packet `peek` found (`fq_erase_head`).
     #[inline]
-    pub(super) fn take(&mut self, src: Src) -> Option<(P, PktCb)> {
+    pub(super) fn take(&mut self, cold: &mut FlowCold<P>, src: Src) -> Option<(P, PktCb)> {
         match src {
             Src::Linear => {
+                let cb = self.head_cb();
                 let pkt = self.head.pop_front()?;
-                let cb = self.cbs.pop_front()?;
+                if !self.head.is_empty() {
+                    // A deep flow: the next head's metadata moves in from the ring, and its
+                    // packet starts loading.
+                    let next = cold.cbs.pop_front()?;
+                    self.head_tts = next.time_to_send;
+                    self.head_band = next.band;
+                    self.flags = (self.flags & !HEAD_EDT) | if next.edt { HEAD_EDT } else { 0 };
+                    self.head.prefetch_front();
+                }
                 Some((pkt, cb))
             }
-            Src::Tree => self.t_root.pop_first().map(|(_, v)| v),
+            Src::Tree => {
+                let v = cold.t_root.pop_first().map(|(_, v)| v);
+                if cold.t_root.is_empty() {
+                    self.flags &= !HAS_TREE;
+                }
+                v
+            }
         }
     }
 
     /// Drops every packet into `to_free` (`fq_flow_purge`); returns (packets, bytes).
-    pub(super) fn purge(&mut self, to_free: &mut ToFree<P>, reason: DropReason) -> (u64, u64) {
+    pub(super) fn purge(
+        &mut self,
+        cold: &mut FlowCold<P>,
+        to_free: &mut ToFree<P>,
+        reason: DropReason,
+    ) -> (u64, u64) {
         let (mut n, mut bytes) = (0, 0);
         while let Some(p) = self.head.pop_front() {
             n += 1;
             bytes += p.len() as u64;
             to_free.drop_packet(p, reason);
         }
-        self.cbs.clear();
-        while let Some((_, (p, _))) = self.t_root.pop_first() {
+        cold.cbs.clear();
+        while let Some((_, (p, _))) = cold.t_root.pop_first() {
             n += 1;
             bytes += p.len() as u64;
             to_free.drop_packet(p, reason);
         }
+        self.flags &= !HAS_TREE;
         self.qlen = 0;
         (n, bytes)
     }
 
     /// Visits every queued packet's metadata and length (for invariant checks).
-    pub(super) fn for_each(&self, mut f: impl FnMut(&P, &PktCb)) {
-        for (p, cb) in self.head.iter().zip(self.cbs.iter()) {
-            f(&p, cb);
+    pub(super) fn for_each(&self, cold: &FlowCold<P>, mut f: impl FnMut(&P, &PktCb)) {
+        let cbs = core::iter::once(self.head_cb()).chain(cold.cbs.iter().copied());
+        for (p, cb) in self.head.iter().zip(cbs) {
+            f(&p, &cb);
         }
-        for (p, cb) in self.t_root.values() {
+        for (p, cb) in cold.t_root.values() {
             f(p, cb);
         }
+    }
+
+    /// Whether the hot flags agree with the cold map and the ring with the list (for
+    /// invariant checks).
+    pub(super) fn check_parts(&self, cold: &FlowCold<P>) -> Result<(), String> {
+        let has_tree = self.flags & HAS_TREE != 0;
+        if has_tree == cold.t_root.is_empty() {
+            return Err("tree flag disagrees with the out-of-order map".into());
+        }
+        if self.head.len().saturating_sub(1) != cold.cbs.len() {
+            return Err(format!(
+                "{} linear packets but {} ring entries after the head",
+                self.head.len(),
+                cold.cbs.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<P: Packet> FlowCold<P> {
+    pub(super) fn new() -> Self {
+        FlowCold {
+            cbs: VecDeque::new(),
+            t_root: BTreeMap::new(),
+            t_seq: 0,
+            key: 0,
+            detach_id: 0,
+            delayed_key: (0, 0),
+        }
+    }
+
+    /// Re-initialises a recycled slot's cold part, keeping the ring's capacity.
+    pub(super) fn reinit(&mut self, key: u128, detach_id: u64) {
+        debug_assert!(self.cbs.is_empty() && self.t_root.is_empty());
+        self.key = key;
+        self.detach_id = detach_id;
+        self.delayed_key = (0, 0);
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use super::Flow;
+    use crate::TestPacket;
+
+    #[test]
+    fn the_hot_part_of_a_flow_is_one_cache_line() {
+        assert_eq!(core::mem::size_of::<Flow<TestPacket>>(), 64);
+        assert_eq!(core::mem::align_of::<Flow<TestPacket>>(), 64);
     }
 }

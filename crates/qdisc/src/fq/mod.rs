@@ -44,7 +44,7 @@ mod table;
 mod tests;
 
 use config::{FQ_BANDS, FqConfig};
-use flow::{Flow, FlowState, NIL};
+use flow::{Flow, FlowCold, FlowState, NIL};
 use stats::{Counters, FqStats};
 use table::FlowTable;
 
@@ -103,6 +103,7 @@ pub struct Fq<P: Packet> {
     bands: [BandFlows; FQ_BANDS],
     /// The fast-path queue (`q->internal`), not in the table.
     internal: Flow<P>,
+    internal_cold: FlowCold<P>,
     table: FlowTable<P>,
     /// Throttled flows by (`time_next_packet`, arrival), like the kernel's `delayed` rbtree.
     delayed: BTreeMap<(u64, u64), u32>,
@@ -141,14 +142,14 @@ impl<P: Packet> Fq<P> {
             credit: 0,
             quantum: i64::from(w[i]),
         };
-        let buckets = 1usize << cfg.buckets_log;
         Fq {
             bands: [band(0), band(1), band(2)],
-            table: FlowTable::with_capacity(buckets),
+            table: FlowTable::new(cfg.buckets_log),
             cfg,
             clock,
             band_nr: 0,
             internal: Flow::new(),
+            internal_cold: FlowCold::new(),
             delayed: BTreeMap::new(),
             delayed_seq: 0,
             time_next_delayed_flow: u64::MAX,
@@ -267,9 +268,9 @@ impl<P: Packet> Fq<P> {
     /// Puts flow `idx` into the delayed set (`fq_flow_set_throttled`).
     fn flow_set_throttled(&mut self, idx: u32) {
         self.delayed_seq += 1;
-        let f = self.table.get_mut(idx);
+        let (f, cold) = self.table.both_mut(idx);
         let key = (f.time_next_packet, self.delayed_seq);
-        f.delayed_key = key;
+        cold.delayed_key = key;
         f.state = FlowState::Throttled;
         f.next = NIL;
         self.delayed.insert(key, idx);
@@ -283,7 +284,7 @@ impl<P: Packet> Fq<P> {
     /// Takes flow `idx` out of the delayed set onto its band's old list
     /// (`fq_flow_unset_throttled`).
     fn flow_unset_throttled(&mut self, idx: u32) {
-        let key = self.table.get(idx).delayed_key;
+        let key = self.table.cold(idx).delayed_key;
         self.delayed.remove(&key);
         self.throttled_flows -= 1;
         self.flow_add_tail(idx, ListSel::Old);
@@ -294,15 +295,23 @@ impl<P: Packet> Fq<P> {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut qlen = self.stash.len() + self.internal.qlen as usize;
         let mut backlog: u64 = self.stash.iter().map(|p| p.len() as u64).sum();
-        self.internal.for_each(|p, _| backlog += p.len() as u64);
+        self.internal
+            .for_each(&self.internal_cold, |p, _| backlog += p.len() as u64);
+        self.internal.check_parts(&self.internal_cold)?;
         let mut band_pkts = [0u32; FQ_BANDS];
         let (mut inactive, mut throttled) = (0u32, 0u32);
         let mut live = 0u32;
         for idx in self.table.live() {
             live += 1;
             let f = self.table.get(idx);
+            let cold = self.table.cold(idx);
+            f.check_parts(cold)
+                .map_err(|e| format!("flow {idx}: {e}"))?;
+            if self.table.lookup(cold.key) != Some(idx) {
+                return Err(format!("flow {idx}: its key does not find it"));
+            }
             let mut n = 0u32;
-            f.for_each(|p, cb| {
+            f.for_each(cold, |p, cb| {
                 n += 1;
                 backlog += p.len() as u64;
                 band_pkts[usize::from(cb.band)] += 1;
@@ -320,7 +329,7 @@ impl<P: Packet> Fq<P> {
             match f.state {
                 FlowState::Throttled => {
                     throttled += 1;
-                    if self.delayed.get(&f.delayed_key) != Some(&idx) {
+                    if self.delayed.get(&cold.delayed_key) != Some(&idx) {
                         return Err(format!("flow {idx} throttled but not in the delayed set"));
                     }
                 }
@@ -446,10 +455,14 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
             dropped += 1;
             to_free.drop_packet(p, reason);
         }
-        dropped += self.internal.purge(to_free, reason).0;
+        dropped += self
+            .internal
+            .purge(&mut self.internal_cold, to_free, reason)
+            .0;
         let live: Vec<u32> = self.table.live().collect();
         for idx in live {
-            dropped += self.table.get_mut(idx).purge(to_free, reason).0;
+            let (f, cold) = self.table.both_mut(idx);
+            dropped += f.purge(cold, to_free, reason).0;
         }
         self.table.clear();
         for b in &mut self.bands {

@@ -1,21 +1,26 @@
-//! The flow table (`fq_root[]` and `fq_gc`): flows by key in a hash map over a slab, plus an
-//! age queue that bounds garbage collection.
+//! The flow table (`fq_root[]` and `fq_gc`): flows by key in an open-addressing index over a
+//! slab, plus an age queue that bounds garbage collection.
 //!
 //! The kernel keeps flows in 2^`buckets_log` rbtrees and, on every lookup, frees at most
-//! [`GC_MAX`] detached flows older than [`GC_AGE_NS`] met on the search path. A hash map has no
-//! search path, so each detachment is recorded in a queue ordered by age; a lookup pops at most
-//! [`GC_SCAN_MAX`] entries from its front, frees at most [`GC_MAX`] flows that are still the same
-//! detached flow and older than 3 s, and skips entries made stale by a flow's reactivation. The
-//! work per lookup is bounded, and so is the queue: every entry is one detachment, and every
-//! detachment needs an earlier enqueue.
+//! [`GC_MAX`] detached flows older than [`GC_AGE_NS`] met on the search path. A hash index has
+//! no search path, so each detachment is recorded in a queue ordered by age; a lookup pops at
+//! most [`GC_SCAN_MAX`] entries from its front, frees at most [`GC_MAX`] flows that are still
+//! the same detached flow and older than 3 s, and skips entries made stale by a flow's
+//! reactivation. The work per lookup is bounded, and so is the queue: every entry is one
+//! detachment, and every detachment needs an earlier enqueue.
+//!
+//! The index is built for a table larger than the cache: each 16-byte entry holds the whole key
+//! and the socket hash beside the slot number, so a lookup reads one index line (linear probing,
+//! at most half full) and then only the flow it found, never another flow to compare keys.
+//! It starts with 2^`buckets_log` entries and doubles as flows are created, so a lookup stays
+//! O(1) at any number of flows, where the kernel's trees cost O(log(flows / buckets)).
 //!
 //! Slots of freed flows are recycled with their per-packet ring's capacity, so a table of churning
 //! flows settles into allocating nothing.
 
-use core::hash::{BuildHasherDefault, Hasher};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use super::flow::{Flow, FlowState};
+use super::flow::{Flow, FlowCold, FlowState};
 use crate::packet::Packet;
 
 /// Flows freed per lookup at most (`FQ_GC_MAX`).
@@ -25,41 +30,46 @@ pub(super) const GC_AGE_NS: u64 = 3_000_000_000;
 /// Age-queue entries examined per lookup at most (stale ones included).
 pub(super) const GC_SCAN_MAX: usize = 2 * GC_MAX;
 
-/// A fast multiplicative hasher for flow keys (the kernel's `hash_ptr` is not keyed either).
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct FlowHasher(u64);
+/// `Entry::tag` of an empty index entry.
+const EMPTY: u32 = u32::MAX;
+/// `Entry::tag` bit: the key is a masked packet hash (odd key), not a socket id.
+const HASHED: u32 = 1 << 31;
+/// Most flow slots (the tag keeps one bit for the key kind and one value for "empty").
+const MAX_SLOTS: usize = (HASHED - 1) as usize;
 
-impl FlowHasher {
-    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+/// One index entry: the key (`id` and the `HASHED` bit), the flow's slot and its socket hash.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    id: u64,
+    tag: u32,
+    socket_hash: u32,
+}
+
+impl Entry {
+    const VACANT: Entry = Entry {
+        id: 0,
+        tag: EMPTY,
+        socket_hash: 0,
+    };
+
     #[inline]
-    fn mix(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(26) ^ w).wrapping_mul(Self::K);
+    fn slot(self) -> u32 {
+        self.tag & !HASHED
     }
 }
 
-impl Hasher for FlowHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        // Fold high bits down: hashbrown takes both the top 7 bits and the low bits.
-        self.0 ^ (self.0 >> 29)
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.mix(u64::from_le_bytes(w));
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.mix(i);
-    }
-    #[inline]
-    fn write_u128(&mut self, i: u128) {
-        self.mix(i as u64);
-        self.mix((i >> 64) as u64);
-    }
+/// A key split into its index form: the id and the kind bit.
+#[inline]
+fn split(key: u128) -> (u64, u32) {
+    ((key >> 1) as u64, if key & 1 == 1 { HASHED } else { 0 })
+}
+
+/// Fibonacci hashing of the key: the top `bits` bits of a multiplicative mix.
+#[inline]
+fn home(id: u64, kind: u32, bits: u32) -> usize {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let h = (id ^ (u64::from(kind) << 32)).wrapping_mul(K);
+    (h >> (64 - bits)) as usize
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -75,20 +85,37 @@ pub(super) struct GcResult {
     pub(super) freed: u32,
 }
 
+/// A lookup hit: the flow's slot, its socket hash, and where its index entry is.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Hit {
+    pub(super) slot: u32,
+    pub(super) socket_hash: u32,
+    pos: usize,
+}
+
 pub(super) struct FlowTable<P: Packet> {
     slots: Vec<Flow<P>>,
+    cold: Vec<FlowCold<P>>,
     free: Vec<u32>,
-    map: HashMap<u128, u32, BuildHasherDefault<FlowHasher>>,
+    index: Vec<Entry>,
+    /// log2 of `index.len()`.
+    bits: u32,
+    live: usize,
     ages: VecDeque<GcEntry>,
     next_detach_id: u64,
 }
 
 impl<P: Packet> FlowTable<P> {
-    pub(super) fn with_capacity(cap: usize) -> Self {
+    /// A table whose index starts with `2^buckets_log` entries (at least 16).
+    pub(super) fn new(buckets_log: u8) -> Self {
+        let bits = u32::from(buckets_log).max(4);
         FlowTable {
             slots: Vec::new(),
+            cold: Vec::new(),
             free: Vec::new(),
-            map: HashMap::with_capacity_and_hasher(cap, BuildHasherDefault::default()),
+            index: vec![Entry::VACANT; 1 << bits],
+            bits,
+            live: 0,
             ages: VecDeque::new(),
             next_detach_id: 0,
         }
@@ -105,38 +132,168 @@ impl<P: Packet> FlowTable<P> {
     }
 
     #[inline]
+    pub(super) fn cold(&self, idx: u32) -> &FlowCold<P> {
+        &self.cold[idx as usize]
+    }
+
+    /// Both parts of flow `idx`.
+    #[inline]
+    pub(super) fn both_mut(&mut self, idx: u32) -> (&mut Flow<P>, &mut FlowCold<P>) {
+        (&mut self.slots[idx as usize], &mut self.cold[idx as usize])
+    }
+
+    /// Starts loading flow `idx`'s hot line (a hint; `NIL` and stale indices are ignored).
+    #[inline]
+    pub(super) fn prefetch(&self, idx: u32) {
+        if let Some(f) = self.slots.get(idx as usize) {
+            llist_defer::hint::prefetch(f);
+        }
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.index.len() - 1
+    }
+
+    /// The flow of `key` and its socket hash, if it exists.
+    #[inline]
+    pub(super) fn find(&self, key: u128) -> Option<Hit> {
+        let (id, kind) = split(key);
+        let mask = self.mask();
+        let mut pos = home(id, kind, self.bits);
+        loop {
+            let e = self.index[pos];
+            if e.tag == EMPTY {
+                return None;
+            }
+            if e.id == id && e.tag & HASHED == kind {
+                return Some(Hit {
+                    slot: e.slot(),
+                    socket_hash: e.socket_hash,
+                    pos,
+                });
+            }
+            pos = (pos + 1) & mask;
+        }
+    }
+
+    /// The slot of `key`'s flow, if it exists.
+    #[inline]
     pub(super) fn lookup(&self, key: u128) -> Option<u32> {
-        self.map.get(&key).copied()
+        self.find(key).map(|h| h.slot)
+    }
+
+    /// Records a new socket hash for the flow `hit` found (socket reuse).
+    pub(super) fn set_socket_hash(&mut self, hit: Hit, hash: u32) {
+        self.index[hit.pos].socket_hash = hash;
     }
 
     /// Number of live flows.
     pub(super) fn len(&self) -> usize {
-        self.map.len()
+        self.live
     }
 
-    /// Creates a detached, empty flow for `key` (which must be absent).
-    pub(super) fn insert(&mut self, key: u128, now: u64) -> u32 {
+    /// Creates a detached, empty flow for `key` (which must be absent); `None` when the slot
+    /// numbers are exhausted (2^31 − 1 flows), which the caller treats as an allocation failure.
+    pub(super) fn insert(&mut self, key: u128, socket_hash: u32, now: u64) -> Option<u32> {
         let idx = match self.free.pop() {
             Some(i) => i,
-            None => {
+            None if self.slots.len() < MAX_SLOTS => {
                 self.slots.push(Flow::new());
+                self.cold.push(FlowCold::new());
                 (self.slots.len() - 1) as u32
             }
+            None => return None,
         };
         let id = self.bump_detach_id();
-        self.slots[idx as usize].reinit(key, now, id);
-        self.map.insert(key, idx);
-        idx
+        self.slots[idx as usize].reinit(now);
+        self.cold[idx as usize].reinit(key, id);
+        if 2 * (self.live + 1) > self.index.len() {
+            self.grow();
+        }
+        let (id, kind) = split(key);
+        self.place(Entry {
+            id,
+            tag: idx | kind,
+            socket_hash,
+        });
+        self.live += 1;
+        Some(idx)
+    }
+
+    fn place(&mut self, e: Entry) {
+        let mask = self.mask();
+        let mut pos = home(e.id, e.tag & HASHED, self.bits);
+        while self.index[pos].tag != EMPTY {
+            pos = (pos + 1) & mask;
+        }
+        self.index[pos] = e;
+    }
+
+    /// Doubles the index and rehashes every entry.
+    fn grow(&mut self) {
+        self.rebuild(self.bits + 1);
+    }
+
+    /// Rebuilds the index with `2^bits` entries (at least twice the live flows).
+    fn rebuild(&mut self, bits: u32) {
+        let old = core::mem::replace(&mut self.index, vec![Entry::VACANT; 1 << bits]);
+        self.bits = bits;
+        for e in old.into_iter().filter(|e| e.tag != EMPTY) {
+            self.place(e);
+        }
+    }
+
+    /// Resizes the index for a new `buckets_log` (`fq_resize`; for a live `change`, not written
+    /// yet, and the index test): it starts from 2^`buckets_log`
+    /// entries and keeps doubling while it would be more than half full.
+    #[cfg(test)]
+    pub(super) fn resize(&mut self, buckets_log: u8) {
+        let mut bits = u32::from(buckets_log).max(4);
+        while 2 * self.live > (1 << bits) {
+            bits += 1;
+        }
+        self.rebuild(bits);
+    }
+
+    /// The index's size (for tests of resizing).
+    #[cfg(test)]
+    pub(super) fn index_len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Removes the index entry at `pos`, shifting back the entries of its probe run.
+    fn remove_at(&mut self, mut pos: usize) {
+        let mask = self.mask();
+        let mut j = pos;
+        loop {
+            j = (j + 1) & mask;
+            let e = self.index[j];
+            if e.tag == EMPTY {
+                break;
+            }
+            let k = home(e.id, e.tag & HASHED, self.bits);
+            // The entry at j may stay only if its home lies cyclically in (pos, j].
+            let stays = if pos <= j {
+                pos < k && k <= j
+            } else {
+                pos < k || k <= j
+            };
+            if !stays {
+                self.index[pos] = e;
+                pos = j;
+            }
+        }
+        self.index[pos] = Entry::VACANT;
     }
 
     /// Queues a GC entry for flow `idx` as it is now: a new flow is detached from birth, and
     /// if its first packet is refused (`flow_limit` 0) it must still age out.
     pub(super) fn note_detached(&mut self, idx: u32) {
-        let f = &self.slots[idx as usize];
         self.ages.push_back(GcEntry {
-            age: f.age,
+            age: self.slots[idx as usize].age,
             slot: idx,
-            detach_id: f.detach_id,
+            detach_id: self.cold[idx as usize].detach_id,
         });
     }
 
@@ -151,12 +308,24 @@ impl<P: Packet> FlowTable<P> {
         let f = &mut self.slots[idx as usize];
         f.state = FlowState::Detached;
         f.age = now;
-        f.detach_id = id;
+        self.cold[idx as usize].detach_id = id;
         self.ages.push_back(GcEntry {
             age: now,
             slot: idx,
             detach_id: id,
         });
+    }
+
+    /// Frees flow `idx` (detached and empty) now: its index entry, its slot.
+    fn free_slot(&mut self, idx: u32) {
+        let key = self.cold[idx as usize].key;
+        if let Some(hit) = self.find(key) {
+            debug_assert_eq!(hit.slot, idx);
+            self.remove_at(hit.pos);
+        }
+        self.cold[idx as usize].detach_id = 0;
+        self.free.push(idx);
+        self.live -= 1;
     }
 
     /// Frees up to [`GC_MAX`] detached flows older than 3 s, never the flow of `keep`
@@ -173,19 +342,16 @@ impl<P: Packet> FlowTable<P> {
                 break;
             }
             let f = &self.slots[e.slot as usize];
-            let live = f.state == FlowState::Detached
-                && f.detach_id == e.detach_id
-                && self.map.get(&f.key) == Some(&e.slot);
-            if live && f.key == keep {
+            let c = &self.cold[e.slot as usize];
+            // A freed slot has detach_id 0, which no detachment uses.
+            let live = f.state == FlowState::Detached && c.detach_id == e.detach_id;
+            if live && c.key == keep {
                 break;
             }
             self.ages.pop_front();
             scanned += 1;
             if live {
-                let key = f.key;
-                self.map.remove(&key);
-                self.slots[e.slot as usize].detach_id = 0;
-                self.free.push(e.slot);
+                self.free_slot(e.slot);
                 res.freed += 1;
             }
         }
@@ -194,23 +360,81 @@ impl<P: Packet> FlowTable<P> {
 
     /// Removes every flow (the caller has purged their packets).
     pub(super) fn clear(&mut self) {
-        self.map.clear();
+        self.index.fill(Entry::VACANT);
+        self.live = 0;
         self.ages.clear();
         self.free.clear();
         self.free.extend((0..self.slots.len() as u32).rev());
-        for f in &mut self.slots {
-            f.detach_id = 0;
+        for (f, c) in self.slots.iter_mut().zip(&mut self.cold) {
+            c.detach_id = 0;
             f.state = FlowState::Detached;
         }
     }
 
     /// Every live flow index.
     pub(super) fn live(&self) -> impl Iterator<Item = u32> + '_ {
-        self.map.values().copied()
+        self.index
+            .iter()
+            .filter(|e| e.tag != EMPTY)
+            .map(|e| e.slot())
     }
 
     /// Entries waiting in the age queue (for tests of the bound).
     pub(super) fn age_queue_len(&self) -> usize {
         self.ages.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FlowTable;
+    use crate::TestPacket;
+    use std::collections::HashMap;
+
+    /// Inserts, frees (backward-shift deletion) and resizes on a small, crowded index agree with
+    /// a map at every step, for socket (even) and hashed (odd) keys with the same id.
+    #[test]
+    fn index_agrees_with_a_map_through_inserts_frees_and_resizes() {
+        let mut t: FlowTable<TestPacket> = FlowTable::new(1);
+        let mut oracle: HashMap<u128, u32> = HashMap::new();
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        for step in 0..20_000u32 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let key = u128::from(rng % 300);
+            match oracle.get(&key).copied() {
+                Some(slot) if rng & (1 << 40) != 0 => {
+                    t.free_slot(slot);
+                    oracle.remove(&key);
+                }
+                Some(_) => {}
+                None => {
+                    let slot = t.insert(key, 7, 0).expect("slots left");
+                    assert!(
+                        oracle.values().all(|&s| s != slot),
+                        "slot {slot} reused live"
+                    );
+                    oracle.insert(key, slot);
+                }
+            }
+            if step % 997 == 0 {
+                t.resize((rng % 5) as u8 + 1);
+                assert!(t.index_len() >= 2 * t.len());
+            }
+            assert_eq!(t.len(), oracle.len());
+            for k in 0..300u128 {
+                assert_eq!(
+                    t.lookup(k),
+                    oracle.get(&k).copied(),
+                    "key {k} at step {step}"
+                );
+            }
+        }
+        let mut live: Vec<u32> = t.live().collect();
+        let mut want: Vec<u32> = oracle.values().copied().collect();
+        live.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(live, want);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::flow::{Flow, FlowState, PktCb, Src};
+use super::flow::{Flow, FlowCold, FlowState, PktCb, Src};
 use super::{Fq, FqBuilder};
 use crate::clock::ManualClock;
 use crate::packet::{FlowKey, Packet};
@@ -18,7 +18,7 @@ fn sock(id: u64) -> FlowKey {
 
 fn credit(q: &Fq<TestPacket>, id: u64) -> (i64, FlowState) {
     let f = q.table.get(q.table.lookup(u128::from(id) << 1).unwrap());
-    (f.credit, f.state)
+    (i64::from(f.credit), f.state)
 }
 
 /// An FQ with a bulk flow (socket 1000) kept backlogged so the round robin keeps turning.
@@ -82,19 +82,22 @@ fn refill_delay_tops_up_an_idle_flow_to_one_quantum() {
 #[test]
 fn linear_list_and_ordered_map_split() {
     let mut f: Flow<TestPacket> = Flow::new();
+    let mut cold: FlowCold<TestPacket> = FlowCold::new();
     let cb = |t| PktCb {
         time_to_send: t,
         band: 0,
         edt: true,
     };
-    f.push(TestPacket::new(1, 1), cb(10));
-    f.push(TestPacket::new(2, 1), cb(20));
-    f.push(TestPacket::new(3, 1), cb(15)); // earlier than the tail: ordered map
-    f.push(TestPacket::new(4, 1), cb(20)); // equal to the tail: linear
-    f.push(TestPacket::new(5, 1), cb(15)); // ties in the map keep arrival order
+    f.push(&mut cold, TestPacket::new(1, 1), cb(10));
+    f.push(&mut cold, TestPacket::new(2, 1), cb(20));
+    f.push(&mut cold, TestPacket::new(3, 1), cb(15)); // earlier than the tail: ordered map
+    f.push(&mut cold, TestPacket::new(4, 1), cb(20)); // equal to the tail: linear
+    f.push(&mut cold, TestPacket::new(5, 1), cb(15)); // ties in the map keep arrival order
+    f.check_parts(&cold).unwrap();
     let mut out = vec![];
-    while let Some((src, _)) = f.peek() {
-        let (p, cb) = f.take(src).unwrap();
+    while let Some((src, _)) = f.peek(&cold) {
+        let (p, cb) = f.take(&mut cold, src).unwrap();
+        f.check_parts(&cold).unwrap();
         out.push((p.id(), cb.time_to_send, src));
     }
     assert_eq!(
