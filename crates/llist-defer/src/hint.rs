@@ -1,28 +1,4 @@
-//! Cache hints for producer/consumer hand-offs.
-
-/// Asks the CPU to move the cache line holding `ptr` from this core's private caches to the
-/// shared last-level cache (`CLDEMOTE`, x86_64), because another core is about to read it.
-///
-/// A consumer on another core that reads a line this core holds modified pays a cross-core
-/// snoop; after a demote it reads the line from the shared cache instead, which is cheaper.
-/// It is a hint only: it changes no value, and on CPUs without `CLDEMOTE` (and on other
-/// architectures) it does nothing. Call it on memory you are done writing and still own.
-#[inline(always)]
-pub fn demote<T>(ptr: *const T) {
-    #[cfg(all(target_arch = "x86_64", not(lockless_loom)))]
-    // SAFETY: CLDEMOTE (0F 1C /0) is a hint in the reserved-NOP space: it neither reads nor
-    // writes memory as far as the program can tell, raises no exception, and decodes as a
-    // NOP on processors that lack it. It touches no register but its address operand.
-    unsafe {
-        core::arch::asm!(
-            ".byte 0x0f, 0x1c, 0x00",
-            in("rax") ptr,
-            options(nostack, preserves_flags, readonly)
-        );
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(lockless_loom))))]
-    let _ = ptr;
-}
+//! Cache hints.
 
 /// Asks the CPU to start loading the cache line holding `ptr` into this core's caches
 /// (`PREFETCHT0`, x86_64), because this thread will read it soon.

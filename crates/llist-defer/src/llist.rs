@@ -96,10 +96,6 @@ impl<N: Node> LList<N> {
             // SAFETY: `last` is a link of the caller's chain, owned by the caller until the CAS
             // below publishes it, so nobody else reads or writes it now.
             unsafe { last.as_ref() }.set_next(head);
-            if !head.is_null() {
-                // Somebody else will take this chain: hand its line to the shared cache now.
-                crate::hint::demote(last.as_ptr());
-            }
             // Release on success: whoever takes the list (Acquire swap) sees the link written
             // above and everything the producer wrote into its items. Later CASes of other
             // producers are RMWs, so they extend this release sequence. Weak: we loop anyway.
