@@ -18,7 +18,12 @@
 //!
 //! To add a variant implement [`TxVariant`] and push it in `variants()`. The bench needs root for the namespaces; without it it prints a
 //! skip line and exits 0. After criterion's report it prints a table of packets/s sent, the
-//! share the receiver got, and process CPU time per packet, from a fixed 1 s run per variant.
+//! share the receiver got, process CPU time per packet and the ratio to the minimal loop: the
+//! medians of `XSK_BENCH_ROUNDS` (default 5) rounds of 1 s per variant, the order rotated each
+//! round. Then each variant is paired with the minimal loop in `XSK_BENCH_PAIRED_SLICES`
+//! (default 40) alternating slices of 100 ms, and the ratio of their send rates (flush
+//! included) is printed: the most noise-proof figure on a shared machine. `XSK_BENCH_TABLE_ONLY=1` skips
+//! criterion and prints just these tables.
 //!
 //! Run: `cargo bench --bench xsk`.
 
@@ -339,6 +344,36 @@ impl Drop for Receiver {
     }
 }
 
+/// One second of one variant: (sent Mpps, share received in percent, process CPU ns/pkt).
+fn one_second(v: &mut dyn TxVariant, receiver: &Receiver) -> (f64, f64, f64) {
+    let before = receiver.settle();
+    let (cpu0, t0) = (process_cpu(), Instant::now());
+    let mut sent = 0u64;
+    while t0.elapsed() < Duration::from_secs(1) {
+        v.send(PER_ITER);
+        sent += PER_ITER;
+    }
+    v.finish();
+    let (cpu, wall) = (process_cpu() - cpu0, t0.elapsed());
+    let got = receiver.settle() - before;
+    (
+        sent as f64 / wall.as_secs_f64() / 1e6,
+        100.0 * got as f64 / sent as f64,
+        cpu.as_nanos() as f64 / sent as f64,
+    )
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
 fn process_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -369,7 +404,7 @@ fn main() {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .configure_from_args();
-    {
+    if std::env::var_os("XSK_BENCH_TABLE_ONLY").is_none() {
         let mut g = c.benchmark_group(format!("xsk_tx_udp_{PAYLOAD}B"));
         g.throughput(Throughput::Elements(PER_ITER));
         for v in variants.iter_mut() {
@@ -388,28 +423,89 @@ fn main() {
     }
     c.final_summary();
 
-    println!("\nveth copy mode, {PAYLOAD}-byte UDP payloads, 1 s per variant:");
-    println!(
-        "{:<12} {:>10} {:>10} {:>14}",
-        "variant", "sent Mpps", "received", "CPU ns/pkt"
-    );
-    for v in variants.iter_mut() {
-        let before = receiver.settle();
-        let (cpu0, t0) = (process_cpu(), Instant::now());
-        let mut sent = 0u64;
-        while t0.elapsed() < Duration::from_secs(1) {
-            v.send(PER_ITER);
-            sent += PER_ITER;
+    // The table: `XSK_BENCH_ROUNDS` rounds (default 5) of 1 s per variant, the variants'
+    // order rotated each round, so that a noisy neighbour hits every variant alike; medians.
+    let rounds: usize = std::env::var("XSK_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    let n = variants.len();
+    // Per variant, per round: (Mpps, received share, CPU ns/pkt).
+    let mut runs: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); n];
+    for round in 0..rounds {
+        for k in 0..n {
+            let i = (round + k) % n;
+            runs[i].push(one_second(&mut *variants[i], &receiver));
         }
-        v.finish();
-        let (cpu, wall) = (process_cpu() - cpu0, t0.elapsed());
-        let got = receiver.settle() - before;
+    }
+    println!(
+        "\nveth copy mode, {PAYLOAD}-byte UDP payloads, {rounds} rounds of 1 s per variant \
+         (order rotated), medians:"
+    );
+    println!(
+        "{:<12} {:>10} {:>12} {:>14} {:>12}  Mpps per round",
+        "variant", "sent Mpps", "min recv", "CPU ns/pkt", "vs af_xdp"
+    );
+    let base: Vec<f64> = runs[0].iter().map(|r| r.0).collect();
+    let paired_slices: usize = std::env::var("XSK_BENCH_PAIRED_SLICES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    for (v, r) in variants.iter().zip(&runs) {
+        let mpps: Vec<f64> = r.iter().map(|x| x.0).collect();
+        // The ratio to the minimal loop, round by round (same seconds of machine noise).
+        let ratio: Vec<f64> = mpps.iter().zip(&base).map(|(a, b)| a / b).collect();
+        let per_round: Vec<String> = mpps.iter().map(|m| format!("{m:.3}")).collect();
         println!(
-            "{:<12} {:>10.3} {:>9.1}% {:>14.0}",
+            "{:<12} {:>10.3} {:>11.1}% {:>14.0} {:>11.2}x  {}",
             v.name(),
-            sent as f64 / wall.as_secs_f64() / 1e6,
-            100.0 * got as f64 / sent as f64,
-            cpu.as_nanos() as f64 / sent as f64,
+            median(&mpps),
+            r.iter().map(|x| x.1).fold(f64::INFINITY, f64::min),
+            median(&r.iter().map(|x| x.2).collect::<Vec<_>>()),
+            median(&ratio),
+            per_round.join(" / "),
+        );
+    }
+    // Paired: each variant against the minimal loop in alternating 100 ms slices, so machine
+    // noise falls on both sides alike; the ratio of the packets each sent in its slices.
+    println!(
+        "\npaired with af_xdp, {paired_slices} alternating slices of 100 ms each \
+         (ratio of send rates, final flush included):"
+    );
+    let (first, rest) = variants.split_at_mut(1);
+    for v in rest.iter_mut() {
+        // (packets, seconds including the final flush) for this variant and for af_xdp.
+        let (mut mine, mut theirs) = ((0u64, 0f64), (0u64, 0f64));
+        for slice in 0..paired_slices {
+            // Alternate who goes first, so neither always follows the other's backlog.
+            let order: [&mut dyn TxVariant; 2] = if slice % 2 == 0 {
+                [&mut *first[0], &mut **v]
+            } else {
+                [&mut **v, &mut *first[0]]
+            };
+            for (k, var) in order.into_iter().enumerate() {
+                let t0 = Instant::now();
+                let mut sent = 0u64;
+                while t0.elapsed() < Duration::from_millis(100) {
+                    var.send(PER_ITER / 4);
+                    sent += PER_ITER / 4;
+                }
+                var.finish();
+                let secs = t0.elapsed().as_secs_f64();
+                let is_mine = (k == 1) == (slice % 2 == 0);
+                let side = if is_mine { &mut mine } else { &mut theirs };
+                side.0 += sent;
+                side.1 += secs;
+            }
+        }
+        let rate = |(n, t): (u64, f64)| n as f64 / t.max(1e-9);
+        println!(
+            "{:<12} {:>6.3}x  ({:.3} vs {:.3} Mpps)",
+            v.name(),
+            rate(mine) / rate(theirs),
+            rate(mine) / 1e6,
+            rate(theirs) / 1e6
         );
     }
     drop(variants);
