@@ -283,6 +283,9 @@ fn soak() {
         .populate(true)
         .build()
         .unwrap();
+    // Reserved before the heap baseline (and never grown): the sampler's own bookkeeping must
+    // neither grow the heap it measures nor read as a leak at the end (4 samples a second).
+    let mut samples: Vec<(Duration, u64, u64)> = Vec::with_capacity(4 * secs() as usize + 8);
     let heap_before = LIVE.load(Ordering::Relaxed);
     let links: Vec<Arc<Link>> = (0..3).map(|_| Arc::new(Link::default())).collect();
     let mut h0 = pool.handle().unwrap();
@@ -399,8 +402,6 @@ fn soak() {
     start.wait();
     let t0 = Instant::now();
     // Sample RSS as the run goes (the sleeps only pace the samples).
-    // Reserved up front: the sampler's own bookkeeping must not grow the heap it measures.
-    let mut samples = Vec::with_capacity(4 * secs() as usize + 8);
     let mut allocs_warm = None;
     while t0.elapsed() < duration {
         thread::sleep(Duration::from_millis(250).min(duration.saturating_sub(t0.elapsed())));
