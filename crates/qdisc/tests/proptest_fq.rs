@@ -20,6 +20,51 @@ enum Op {
     Advance(u64),
     Reset,
     SocketCap(u8, Option<u64>),
+    /// A live `Fq::change`.
+    Change(Changed),
+}
+
+/// Options of a live change (`maxrate` `None`: unlimited).
+#[derive(Debug, Clone)]
+struct Changed {
+    limit: u32,
+    flow_limit: u32,
+    quantum: u32,
+    buckets_log: u32,
+    weights: [u32; 3],
+    orphan_mask: u32,
+    maxrate: Option<u64>,
+    pacing: bool,
+}
+
+fn changed() -> impl Strategy<Value = Changed> {
+    (
+        (1u32..30, 1u32..8, 256u32..5000, 1u32..19),
+        prop::array::uniform3(16_384u32..200_000),
+        (
+            0u32..8,
+            prop::option::of(100_000u64..10_000_000),
+            any::<bool>(),
+        ),
+    )
+        .prop_map(
+            |(
+                (limit, flow_limit, quantum, buckets_log),
+                weights,
+                (orphan_mask, maxrate, pacing),
+            )| {
+                Changed {
+                    limit,
+                    flow_limit,
+                    quantum,
+                    buckets_log,
+                    weights,
+                    orphan_mask,
+                    maxrate,
+                    pacing,
+                }
+            },
+        )
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -31,6 +76,7 @@ fn op() -> impl Strategy<Value = Op> {
         60 => prop_oneof![0u64..2_000_000, Just(4_000_000_000u64)].prop_map(Op::Advance),
         20 => (0u8..4, prop::option::of(50_000u64..5_000_000)).prop_map(|(s, r)| Op::SocketCap(s, r)),
         1 => Just(Op::Reset),
+        6 => changed().prop_map(Op::Change),
     ]
 }
 
@@ -135,6 +181,10 @@ proptest! {
         if let Some(r) = o.maxrate { b = b.maxrate(r) }
         let mut q: TestFq = b.build().unwrap();
         let horizon = 30_000_000;
+        // Changed live by `Op::Change`; `limit_bound` is the highest limit in force since the
+        // qdisc was last empty (a lowered limit keeps packets admitted under the old one while
+        // only throttled flows hold them).
+        let (mut mask, mut limit, mut limit_bound) = (o.orphan_mask, o.limit, o.limit);
 
         let mut inside: HashMap<u64, Info> = HashMap::new();
         let mut gone: HashSet<u64> = HashSet::new();
@@ -182,7 +232,7 @@ proptest! {
                         Verdict::Success => {
                             prop_assert!(tf.is_empty());
                             let bypass = internal(&q.fq_stats()) != internal(&before);
-                            inside.insert(id, Info { key: fq_key(flow, o.orphan_mask), tts, seq, stamped_flow, bypass });
+                            inside.insert(id, Info { key: fq_key(flow, mask), tts, seq, stamped_flow, bypass });
                         }
                         Verdict::Dropped(r) => {
                             prop_assert_eq!(tf.len(), 1);
@@ -226,6 +276,43 @@ proptest! {
                     last_out.clear();
                 }
                 Op::SocketCap(s, r) => q.set_socket_max_pacing_rate(u64::from(s), r),
+                Op::Change(ch) => {
+                    let b = q
+                        .to_builder()
+                        .limit(ch.limit)
+                        .flow_limit(ch.flow_limit)
+                        .quantum(ch.quantum)
+                        .buckets_log(ch.buckets_log)
+                        .weights(ch.weights)
+                        .orphan_mask(ch.orphan_mask)
+                        .maxrate(ch.maxrate.unwrap_or(u64::MAX))
+                        .pacing(ch.pacing);
+                    let mut tf = ToFree::new();
+                    let before = q.len();
+                    let n = q.change(b, &mut tf).unwrap();
+                    prop_assert_eq!(q.config().maxrate, ch.maxrate);
+                    prop_assert_eq!(tf.len(), n);
+                    prop_assert_eq!(tf.count(DropReason::QdiscOverlimit), n as u64);
+                    prop_assert_eq!(q.len(), before - n);
+                    if n > 0 {
+                        prop_assert!(q.len() >= ch.limit as usize, "trimmed below the limit");
+                    }
+                    // Trimmed packets leave in scheduling order, like sent ones.
+                    let (dropped, _) = tf.take();
+                    for p in dropped {
+                        depart(p, &mut inside, &mut gone, &mut last_out)?;
+                        drops += 1;
+                    }
+                    if q.len() > ch.limit as usize {
+                        prop_assert!(q.peek().is_none(), "over the limit with an eligible packet");
+                    }
+                    mask = ch.orphan_mask;
+                    limit = ch.limit;
+                    limit_bound = limit_bound.max(limit);
+                }
+            }
+            if q.is_empty() {
+                limit_bound = limit;
             }
             if let Err(e) = q.check_invariants() {
                 prop_assert!(false, "{}", e);
@@ -235,7 +322,7 @@ proptest! {
             prop_assert_eq!((s.bytes, s.drops), (sent_bytes, drops));
             let st = q.fq_stats();
             prop_assert!(st.flows as usize <= o.max_flows);
-            prop_assert!(st.band_pkt_count.iter().all(|&n| n <= o.limit));
+            prop_assert!(st.band_pkt_count.iter().all(|&n| n <= limit_bound));
             prop_assert!(st.inactive_flows + st.throttled_flows <= st.flows);
         }
 

@@ -22,8 +22,9 @@ pub const FQ_MAX_QUANTUM: u32 = 1 << 20;
 const US: u64 = 1_000;
 const MAX_US: u64 = u32::MAX as u64;
 
-/// The options an [`Fq`] runs with, as `tc qdisc show` would report them (read-only; built by
-/// [`FqBuilder`]).
+/// The options an [`Fq`] runs with, as `tc qdisc show` would report them (read-only here: set
+/// by [`FqBuilder`] when the qdisc is built and by [`Fq::change`] while it runs, both validated
+/// the same way).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FqConfig {
@@ -66,7 +67,8 @@ pub struct FqConfig {
     pub max_flows: usize,
 }
 
-/// Builds an [`Fq`], validating every option as `tc` / `fq_change` would.
+/// Builds an [`Fq`], validating every option as `tc` / `fq_change` would. The same builder,
+/// taken from a running qdisc with [`Fq::to_builder`], changes it live with [`Fq::change`].
 ///
 /// ```
 /// use std::sync::Arc;
@@ -182,7 +184,8 @@ impl FqBuilder {
         self
     }
 
-    /// `maxrate` in bytes per second (per flow).
+    /// `maxrate` in bytes per second (per flow); `u64::MAX` means unlimited, as tc's `~0` does
+    /// (the way to lift a cap with [`Fq::change`]).
     pub fn maxrate(mut self, bytes_per_sec: u64) -> Self {
         self.maxrate = Some(bytes_per_sec);
         self
@@ -294,10 +297,44 @@ impl FqBuilder {
     pub fn build<P: Packet>(self) -> Result<Fq<P>, ConfigError> {
         let cfg = self.validate()?;
         let clock = self.clock.unwrap_or_else(|| Arc::new(MonotonicClock));
-        Ok(Fq::from_config(cfg, clock))
+        let mut q = Fq::from_config(cfg, clock);
+        q.psched_mtu = self.psched_mtu;
+        q.max_offload_horizon = self.max_offload_horizon;
+        Ok(q)
     }
 
-    fn validate(&self) -> Result<FqConfig, ConfigError> {
+    /// A builder holding `cfg`'s options: validating it gives `cfg` back (for [`Fq::to_builder`]).
+    /// The device properties (`psched_mtu`, `max_pacing_offload_horizon`) and the clock keep
+    /// their defaults; the caller sets them.
+    pub(super) fn from_config(cfg: &FqConfig) -> Self {
+        let off = u64::from(u32::MAX) * US;
+        FqBuilder {
+            limit: cfg.limit,
+            flow_limit: cfg.flow_limit,
+            quantum: Some(cfg.quantum),
+            initial_quantum: Some(cfg.initial_quantum),
+            maxrate: cfg.maxrate,
+            rate_enable: u32::from(cfg.rate_enable),
+            buckets_log: u32::from(cfg.buckets_log),
+            refill_delay: Duration::from_nanos(cfg.refill_delay_ns),
+            orphan_mask: cfg.orphan_mask,
+            low_rate_threshold: cfg.low_rate_threshold,
+            ce_threshold: (cfg.ce_threshold_ns != off)
+                .then(|| Duration::from_nanos(cfg.ce_threshold_ns)),
+            timer_slack_ns: cfg.timer_slack_ns,
+            horizon: Duration::from_nanos(cfg.horizon_ns),
+            horizon_drop: cfg.horizon_drop,
+            priomap: cfg.priomap,
+            weights: cfg.weights,
+            offload_horizon: Duration::from_nanos(cfg.offload_horizon_ns),
+            max_flows: cfg.max_flows,
+            ..FqBuilder::new()
+        }
+    }
+
+    /// Checks every option as `fq_change` does and computes the options to run with; the first
+    /// bad option is the error. Used by [`build`](FqBuilder::build) and [`Fq::change`].
+    pub(super) fn validate(&self) -> Result<FqConfig, ConfigError> {
         let err = |opt, v: &dyn core::fmt::Display, acc: &str| ConfigError::new("fq", opt, v, acc);
         if self.psched_mtu == 0 {
             return Err(err("psched_mtu", &0, "1..=4294967295 (bytes)"));
@@ -383,7 +420,7 @@ impl FqBuilder {
             flow_limit: self.flow_limit,
             quantum,
             initial_quantum,
-            maxrate: self.maxrate,
+            maxrate: self.maxrate.filter(|&r| r != u64::MAX),
             rate_enable: self.rate_enable == 1,
             buckets_log: self.buckets_log as u8,
             refill_delay_ns,

@@ -10,11 +10,18 @@
 //! time-ordered set and [`next_wakeup`](crate::Qdisc::next_wakeup) tells the caller when to
 //! dequeue again. An idle qdisc sends through an unpaced internal queue (the fast path).
 //!
+//! Options are set by [`FqBuilder`] and can be changed on a running qdisc with
+//! [`Fq::change`] (`tc qdisc change ... fq ...`, the kernel's `fq_change`): validated as the
+//! builder validates, the flow index resized for a new `buckets`, and packets over a lowered
+//! `limit` dropped.
+//!
 //! Files: `flow` (one flow's packets), `table` (flow lookup and bounded GC), `enqueue` and
-//! `dequeue` (the scheduler), `pacing` (the delay formula), `stats`, `config` (builder).
-//! FQ reads time from an injected [`Clock`]; it is never bypassable.
+//! `dequeue` (the scheduler), `pacing` (the delay formula), `stats`, `config` (builder),
+//! `change` (live reconfiguration). FQ reads time from an injected [`Clock`]; it is never
+//! bypassable.
 
 use core::fmt;
+use core::time::Duration;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -25,6 +32,8 @@ use crate::packet::{DropReason, FlowKey, Packet};
 use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
 use crate::show::{Rate, Size, Time, fmt_priomap};
 
+/// `fq_change` and `fq_resize`: live reconfiguration.
+mod change;
 /// FQ options, defaults and validation.
 pub mod config;
 /// `fq_dequeue`.
@@ -122,6 +131,16 @@ pub struct Fq<P: Packet> {
     qlen: usize,
     backlog: u64,
     stats: QdiscStats,
+    /// The device's `psched_mtu` given at build (the default quanta of a [`change`](Fq::change)
+    /// derive from it).
+    psched_mtu: u32,
+    /// The device's `max_pacing_offload_horizon` given at build (bounds `offload_horizon` in a
+    /// [`change`](Fq::change) too).
+    max_offload_horizon: Duration,
+    /// The highest `limit` and `flow_limit` in force since the qdisc was last empty: a change
+    /// that lowers them leaves packets admitted under the old ones (for `check_invariants`).
+    admitted_limit: u32,
+    admitted_flow_limit: u32,
 }
 
 impl<P: Packet> Fq<P> {
@@ -143,6 +162,10 @@ impl<P: Packet> Fq<P> {
             quantum: i64::from(w[i]),
         };
         Fq {
+            admitted_limit: cfg.limit,
+            admitted_flow_limit: cfg.flow_limit,
+            psched_mtu: crate::pfifo::DEFAULT_PSCHED_MTU,
+            max_offload_horizon: Duration::ZERO,
             bands: [band(0), band(1), band(2)],
             table: FlowTable::new(cfg.buckets_log),
             cfg,
@@ -319,7 +342,7 @@ impl<P: Packet> Fq<P> {
             if n != f.qlen {
                 return Err(format!("flow {idx}: qlen {} but {n} packets", f.qlen));
             }
-            if n > self.cfg.flow_limit {
+            if n > self.admitted_flow_limit {
                 return Err(format!("flow {idx}: {n} packets over flow_limit"));
             }
             qlen += n as usize;
@@ -364,10 +387,10 @@ impl<P: Packet> Fq<P> {
                 return Err(format!("{name}: kept {kept}, counted {counted}"));
             }
         }
-        if band_pkts.iter().any(|&n| n > self.cfg.limit) {
+        if band_pkts.iter().any(|&n| n > self.admitted_limit) {
             return Err(format!(
                 "band_pkt_count {band_pkts:?} over limit {}",
-                self.cfg.limit
+                self.admitted_limit
             ));
         }
         if band_pkts != self.band_pkt_count {
@@ -478,6 +501,8 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
         self.qlen = 0;
         self.backlog = 0;
         self.stats.drops += dropped;
+        self.admitted_limit = self.cfg.limit;
+        self.admitted_flow_limit = self.cfg.flow_limit;
     }
 
     fn can_bypass(&self) -> bool {

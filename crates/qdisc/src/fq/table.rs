@@ -244,16 +244,33 @@ impl<P: Packet> FlowTable<P> {
         }
     }
 
-    /// Resizes the index for a new `buckets_log` (`fq_resize`; for a live `change`, not written
-    /// yet, and the index test): it starts from 2^`buckets_log`
-    /// entries and keeps doubling while it would be more than half full.
-    #[cfg(test)]
-    pub(super) fn resize(&mut self, buckets_log: u8) {
+    /// Resizes the index for a new `buckets_log` (`fq_resize` for a live change): the new index
+    /// starts from 2^`buckets_log` entries (at least 16) and keeps doubling while it would be
+    /// more than half full, and every live flow is placed again under its key. Flows keep their
+    /// slots, so list links, the delayed set and queued packets are untouched.
+    ///
+    /// As the kernel's rehash does, every detached flow older than 3 s met on the way is freed
+    /// instead of moved (no bound of [`GC_MAX`] here: the rehash visits every flow anyway).
+    /// Returns how many were freed; the caller updates its flow counters.
+    pub(super) fn resize(&mut self, buckets_log: u8, now: u64) -> u32 {
+        let old: Vec<u32> = self
+            .live()
+            .filter(|&i| {
+                let f = &self.slots[i as usize];
+                // time_after(now, age + 3 s)
+                f.state == FlowState::Detached
+                    && (now.wrapping_sub(f.age.wrapping_add(GC_AGE_NS)) as i64) > 0
+            })
+            .collect();
+        for &idx in &old {
+            self.free_slot(idx);
+        }
         let mut bits = u32::from(buckets_log).max(4);
         while 2 * self.live > (1 << bits) {
             bits += 1;
         }
         self.rebuild(bits);
+        old.len() as u32
     }
 
     /// The index's size (for tests of resizing).
@@ -419,7 +436,7 @@ mod tests {
                 }
             }
             if step % 997 == 0 {
-                t.resize((rng % 5) as u8 + 1);
+                assert_eq!(t.resize((rng % 5) as u8 + 1, 0), 0);
                 assert!(t.index_len() >= 2 * t.len());
             }
             assert_eq!(t.len(), oracle.len());
