@@ -1070,6 +1070,37 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         r
     }
 
+    /// Runs `f` on the qdisc under the root lock with a to-free list, for a live change that
+    /// may drop packets (`tc qdisc change`, e.g. [`Fq::change`](crate::Fq::change) lowering
+    /// the limit). What `f` puts on the list is freed after the lock is released and counted
+    /// in [`XmitStats::drops`] by reason, so the queue's conservation law still holds.
+    ///
+    /// ```
+    /// use qdisc::{FqBuilder, NullDriver, TestPacket, TxQueue};
+    ///
+    /// let txq = TxQueue::builder()
+    ///     .build(FqBuilder::new().build::<TestPacket>().unwrap(), NullDriver::new())
+    ///     .unwrap();
+    /// let dropped = txq
+    ///     .change_qdisc(|fq, to_free| fq.change(fq.to_builder().limit(500), to_free))
+    ///     .unwrap();
+    /// assert_eq!(dropped, 0);
+    /// assert_eq!(txq.with_qdisc(|fq| fq.config().limit), 500);
+    /// ```
+    pub fn change_qdisc<R>(&self, f: impl FnOnce(&mut Q, &mut ToFree<P>) -> R) -> R {
+        let mut dropped = self.dropped();
+        let r = {
+            let mut root = self.lock_root();
+            let r = f(&mut root.qdisc, &mut dropped.list);
+            self.bypass_ok
+                .store(root.qdisc.can_bypass(), Ordering::Relaxed);
+            r
+        };
+        // `dropped` frees and counts here, outside the lock.
+        drop(dropped);
+        r
+    }
+
     /// Runs `f` on the driver: takes the run role (waiting for a current runner to finish),
     /// calls `f`, then runs whatever was queued meanwhile, like any runner, and lets go.
     pub fn with_driver<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
