@@ -1,8 +1,8 @@
 //! The frame pool against what a Rust user would pick instead, for 2048-byte buffers.
 //!
 //! Strategies (same run, same work):
-//! - `skb_pool`: our [`Pool`], one [`PoolHandle`] per thread (the consumer's batches remote
-//!   frees per owner and pushes each batch with one `add_batch`);
+//! - `skb_pool`: our [`Pool`], one [`PoolHandle`] per thread, used as a real user would (see
+//!   "How the bench uses our pool" below);
 //! - `box_system`: `Box<[u8; 2048]>` (uninitialised) from the system allocator (the global one);
 //! - `mimalloc`: the same layout through `mimalloc::MiMalloc` called via `GlobalAlloc` directly;
 //! - `arrayqueue_pool`: a global pool of 4096 buffers in a `crossbeam_queue::ArrayQueue`;
@@ -16,12 +16,42 @@
 //! - `local/P`: P threads each allocate 32 buffers, then free them, in a loop (the buffers are
 //!   not touched: this measures the allocator alone).
 //!
+//! # How the bench uses our pool
+//!
+//! - Each producer is an owner: its loop calls [`PoolHandle::flush_remote`] once per iteration
+//!   (the kernel's drain at the top of every poll iteration, `skb_defer_free_flush`; with
+//!   nothing deferred it is three relaxed loads of lines the freer writes once per batch), and
+//!   again while it backs off.
+//! - The consumer frees through its own handle: remote frees are batched per owner (32, one
+//!   `add_batch` per batch), and it calls [`PoolHandle::flush_frees`] whenever the queue is
+//!   empty, so no frame waits in a partial batch.
+//! - No wake callback: a wake (unpark, eventfd) is for an owner that sleeps. These producers
+//!   never sleep — like every peer they back off by spinning, then yielding — and the kick's
+//!   `pending` flag is polled on every alloc, so a callback could only repeat what the flag
+//!   already says. An owner that parks when its queue is full should pass `handle_with_wake`.
+//! - `defer_max` is sized for the handoff: 512 for the 256-slot queue (`SKB_BENCH_DEFER_MAX`
+//!   overrides it; 128 is the kernel's and the library's default). The defer list is the
+//!   return path of the handoff, so it must hold every frame of one owner that can come back
+//!   while that owner is off the CPU. On this 2-core machine, shared with other work, a
+//!   producer is regularly descheduled for a whole time slice, during which the consumer frees
+//!   everything that producer put in the queue: up to 256 frames, plus the consumer's partial
+//!   batch (< 32), plus the frame in the consumer's hands and the one the producer allocated
+//!   since its last drain (the producer drains every iteration). So the count can reach
+//!   256 + 32 + 2 = 290 before the owner runs again, and any `defer_max` ≤ 290 sends the rest
+//!   to the shared overflow list *by construction*, however fast the owner polls. With 128,
+//!   3 of every 8 batches of a full queue fit (96 frames) and 5 overflow: the 62.5% measured.
+//!   512 is the next power of two above 290; the half-full kick then fires (at 256) only when
+//!   the owner really was away for most of a queue. The kernel's 128 is sized for an owner
+//!   that a kick (an IPI) runs within microseconds; a user-space owner is a thread that can be
+//!   off the CPU for milliseconds. Rule: `defer_max > queue slots + remote_batch + 2`.
+//!
 //! Threads start on a `Barrier`; each measurement is timed with `iter_custom` and its CPU time
 //! is read with `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`. After criterion's own report, a table
 //! gives buffers/s, CPU ns per buffer, and for `skb_pool` the share of remote frees that took
 //! the overflow path.
 //!
-//! Run: `cargo bench --bench skb_pool`.
+//! Run: `cargo bench --bench skb_pool`; on a loaded machine, `SKB_BENCH_ROUNDS=7 cargo bench
+//! --bench skb_pool` interleaves the strategies instead (see [`interleaved`]).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -47,6 +77,23 @@ const POOL_FRAMES: usize = 4096;
 /// Slots of the producer→consumer queue; `SKB_BENCH_QUEUE` overrides it.
 const QUEUE_SLOTS: usize = 256;
 const LOCAL_BATCH: usize = 32;
+/// Frames the consumer batches per owner before one `add_batch` (the library default).
+const REMOTE_BATCH: usize = 32;
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn queue_slots() -> usize {
+    env_usize("SKB_BENCH_QUEUE").unwrap_or(QUEUE_SLOTS)
+}
+
+/// The smallest power of two above `queue + REMOTE_BATCH + 2`: every frame of one owner that can
+/// come back while it is off the CPU fits its defer list (see the module docs).
+fn defer_max() -> usize {
+    env_usize("SKB_BENCH_DEFER_MAX")
+        .unwrap_or((queue_slots() + REMOTE_BATCH + 3).next_power_of_two())
+}
 const PRODUCERS: [usize; 4] = [1, 2, 4, 8];
 
 /// One buffer strategy. A buffer travels between threads as a `usize` token.
@@ -63,6 +110,10 @@ trait Strategy: Send + Sync + 'static {
     fn alloc(&self, l: &mut Self::Local) -> usize;
     /// Frees a buffer without touching it (the `local` pattern).
     fn free(&self, l: &mut Self::Local, token: usize);
+    /// Called once per producer iteration: the owner's poll loop. Only our pool has work here
+    /// (draining its defer list).
+    #[inline]
+    fn poll(&self, _l: &mut Self::Local) {}
     /// Called while a thread backs off (queue full or empty, pool exhausted): the owner's poll
     /// loop. Only our pool has work here (draining its defer list, pushing its free batches).
     #[inline]
@@ -128,6 +179,10 @@ impl Strategy for SkbPool {
     fn free(&self, _h: &mut PoolHandle, token: usize) {
         // SAFETY: the token came from `into_link` of an Skb, handed over exactly once.
         drop(unsafe { Skb::from_link(NonNull::new_unchecked(token as *mut Link)) });
+    }
+    #[inline]
+    fn poll(&self, h: &mut PoolHandle) {
+        h.flush_remote();
     }
     #[inline]
     fn idle(&self, h: &mut PoolHandle) {
@@ -362,10 +417,7 @@ fn record(
 fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
     let per = iters.div_ceil(p as u64).max(1);
     let total = per * p as u64;
-    let slots = std::env::var("SKB_BENCH_QUEUE")
-        .ok()
-        .and_then(|v| v.parse().ok());
-    let queue = Arc::new(ArrayQueue::<usize>::new(slots.unwrap_or(QUEUE_SLOTS)));
+    let queue = Arc::new(ArrayQueue::<usize>::new(queue_slots()));
     let start = Arc::new(Barrier::new(p + 2));
     let before = s.remote_stats();
     let mut threads = Vec::with_capacity(p + 1);
@@ -375,6 +427,7 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
             let mut l = s.local();
             start.wait();
             for i in 0..per {
+                s.poll(&mut l);
                 let mut tok = s.produce(&mut l, i as u8);
                 let backoff = Backoff::new();
                 while let Err(t) = queue.push(tok) {
@@ -485,24 +538,132 @@ fn bench_strategy<S: Strategy>(c: &mut Criterion, pattern: &'static str, s: Arc<
     g.finish();
 }
 
-fn all(c: &mut Criterion, pattern: &'static str) {
+fn skb_pool() -> SkbPool {
     let pool = Pool::builder()
         .frame_count(POOL_FRAMES)
         .frame_size(BUF)
         .max_owners(16)
+        .defer_max(defer_max())
+        .remote_batch(REMOTE_BATCH)
         .build();
-    bench_strategy(c, pattern, Arc::new(SkbPool(pool.expect("pool"))));
-    bench_strategy(c, pattern, Arc::new(BoxSystem));
-    bench_strategy(c, pattern, Arc::new(Mimalloc));
+    SkbPool(pool.expect("pool"))
+}
+
+fn arrayqueue_pool() -> ArrayQueuePool {
     let slab = Slab::new();
     let q = ArrayQueue::new(POOL_FRAMES);
     for b in slab.bufs() {
         q.push(b).unwrap();
     }
-    bench_strategy(c, pattern, Arc::new(ArrayQueuePool(q, slab)));
+    ArrayQueuePool(q, slab)
+}
+
+fn mutex_pool() -> MutexPool {
     let slab = Slab::new();
     let v = Mutex::new(slab.bufs().collect());
-    bench_strategy(c, pattern, Arc::new(MutexPool(v, slab)));
+    MutexPool(v, slab)
+}
+
+fn all(c: &mut Criterion, pattern: &'static str) {
+    bench_strategy(c, pattern, Arc::new(skb_pool()));
+    bench_strategy(c, pattern, Arc::new(BoxSystem));
+    bench_strategy(c, pattern, Arc::new(Mimalloc));
+    bench_strategy(c, pattern, Arc::new(arrayqueue_pool()));
+    bench_strategy(c, pattern, Arc::new(mutex_pool()));
+}
+
+/// One strategy as a runner of `(pattern, P, buffers) -> wall time`.
+type Runner = Box<dyn Fn(&'static str, usize, u64) -> Duration>;
+
+fn runner<S: Strategy>(s: S) -> (&'static str, Runner) {
+    let s = Arc::new(s);
+    let run: Runner = Box::new(move |pattern, p, n| match pattern {
+        "pipeline" => run_pipeline(&s, p, n),
+        _ => run_local(&s, p, n),
+    });
+    (S::NAME, run)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `SKB_BENCH_ROUNDS=N cargo bench --bench skb_pool`: instead of criterion, for each pattern
+/// and P every strategy runs one slice (`SKB_BENCH_SLICE` buffers: 300 000 in the pipeline,
+/// 3 000 000 in local) in turn, the order rotated each round, N rounds, so that load from other
+/// processes falls on all of them alike. Prints each strategy's median rate over the rounds
+/// (million buffers/s), our pool's CPU ns per buffer over all rounds, the medians of the
+/// in-round ratios of our pool to mimalloc and to the `ArrayQueue` pool, and the overflow
+/// share over all rounds.
+fn interleaved(rounds: usize) {
+    let strategies = [
+        runner(skb_pool()),
+        runner(Mimalloc),
+        runner(BoxSystem),
+        runner(arrayqueue_pool()),
+        runner(mutex_pool()),
+    ];
+    println!(
+        "interleaved: {rounds} rounds, queue {} slots, defer_max {}",
+        queue_slots(),
+        defer_max()
+    );
+    println!(
+        "| pattern | P | skb-pool | mimalloc | Box (glibc) | ArrayQueue pool | Mutex pool \
+         | vs mimalloc | vs ArrayQueue | remote frees via overflow |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for pattern in ["pipeline", "local"] {
+        let slice = env_usize("SKB_BENCH_SLICE").unwrap_or(if pattern == "pipeline" {
+            300_000
+        } else {
+            3_000_000
+        }) as u64;
+        for p in PRODUCERS {
+            let mut rates = vec![Vec::new(); strategies.len()];
+            let (mut vs_mi, mut vs_aq) = (Vec::new(), Vec::new());
+            for r in 0..rounds {
+                let mut round = vec![0.0; strategies.len()];
+                for k in 0..strategies.len() {
+                    let i = (k + r) % strategies.len();
+                    let wall = (strategies[i].1)(pattern, p, slice);
+                    round[i] = slice as f64 / wall.as_secs_f64() / 1e6;
+                }
+                vs_mi.push(round[0] / round[1]);
+                vs_aq.push(round[0] / round[3]);
+                for (v, x) in rates.iter_mut().zip(round) {
+                    v.push(x);
+                }
+            }
+            let t = TABLE.lock().unwrap();
+            let a = t[&(pattern, p, "skb_pool")];
+            let cpu = a.cpu.as_nanos() as f64 / a.buffers as f64;
+            let mi = t[&(pattern, p, "mimalloc")];
+            let mi_cpu = mi.cpu.as_nanos() as f64 / mi.buffers as f64;
+            let ovf = if pattern == "pipeline" {
+                format!(
+                    "{:.3}% ({} of {})",
+                    100.0 * a.overflow as f64 / a.remote.max(1) as f64,
+                    a.overflow,
+                    a.remote
+                )
+            } else {
+                String::from("–")
+            };
+            let m: Vec<f64> = rates.into_iter().map(median).collect();
+            println!(
+                "| {pattern} | {p} | {:.2} ({cpu:.0}) | {:.2} ({mi_cpu:.0}) | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {ovf} |",
+                m[0],
+                m[1],
+                m[2],
+                m[3],
+                m[4],
+                median(vs_mi),
+                median(vs_aq)
+            );
+        }
+    }
 }
 
 fn print_table() {
@@ -532,6 +693,10 @@ fn print_table() {
 }
 
 fn main() {
+    if let Some(rounds) = env_usize("SKB_BENCH_ROUNDS") {
+        interleaved(rounds.max(1));
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     all(&mut c, "pipeline");
     all(&mut c, "local");

@@ -40,6 +40,9 @@ use crate::sync::LOCALS;
 const CREDIT_BATCH: usize = 1024;
 /// Above this many spare references a handle gives back all but `CREDIT_BATCH`.
 const CREDIT_HIGH: usize = 4 * CREDIT_BATCH;
+/// Taken chains a handle keeps whole, queued behind the one it allocates from, before it
+/// reverses further ones onto its cache. Reserved up front: splicing never allocates.
+const SPLICE_CHAINS: usize = 8;
 
 /// Where the chain in `Local::taken` came from, for the stats.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -58,6 +61,9 @@ pub(crate) struct Local {
     cache: Fifo<Frame>,
     taken: Chain<Frame>,
     taken_src: Source,
+    /// Further taken chains, whole (newest last), allocated from once `taken` runs out: a
+    /// drain while `taken` is still in use costs O(1), not a walk of the new chain.
+    spliced: Vec<(Chain<Frame>, Source)>,
     outgoing: Box<[Fifo<Frame>]>,
     dirty: Box<[u64]>,
     credits: usize,
@@ -104,7 +110,10 @@ impl Local {
 
     #[inline]
     fn pop_taken(&mut self) -> Option<Frame> {
-        let f = self.taken.pop()?;
+        let f = match self.taken.pop() {
+            Some(f) => f,
+            None => self.next_spliced()?,
+        };
         match self.taken_src {
             Source::Own => self.stats.drained += 1,
             Source::Overflow => self.stats.overflow_taken += 1,
@@ -112,15 +121,30 @@ impl Local {
         Some(f)
     }
 
-    /// Puts a freshly taken chain where allocation finds it: in O(1) as the taken chain if that
-    /// is empty, else reversed onto the cache.
+    /// Makes the oldest queued spliced chain the taken chain and pops from it.
+    #[cold]
+    fn next_spliced(&mut self) -> Option<Frame> {
+        if self.spliced.is_empty() {
+            return None;
+        }
+        let (chain, src) = self.spliced.remove(0);
+        self.taken = chain;
+        self.taken_src = src;
+        self.taken.pop()
+    }
+
+    /// Puts a freshly taken chain where allocation finds it, in O(1): as the taken chain if that
+    /// is empty, else queued whole behind it (up to `SPLICE_CHAINS`); only past that is it
+    /// reversed onto the cache.
     fn splice(&mut self, chain: Chain<Frame>, src: Source) {
         if chain.is_empty() {
             return;
         }
-        if self.taken.is_empty() {
+        if self.taken.is_empty() && self.spliced.is_empty() {
             self.taken = chain;
             self.taken_src = src;
+        } else if self.spliced.len() < SPLICE_CHAINS {
+            self.spliced.push((chain, src));
         } else {
             let mut fifo = chain.reverse();
             match src {
@@ -284,6 +308,9 @@ impl Local {
     fn give_back_frames(&mut self) {
         let mut all = core::mem::take(&mut self.cache);
         all.append(&mut core::mem::take(&mut self.taken).reverse());
+        for (chain, _) in self.spliced.drain(..) {
+            all.append(&mut chain.reverse());
+        }
         all.append(&mut self.slot().drain().reverse());
         if !all.is_empty() {
             self.pool()
@@ -378,6 +405,7 @@ impl PoolHandle {
             cache: Fifo::new(),
             taken: Chain::new(),
             taken_src: Source::Own,
+            spliced: Vec::with_capacity(SPLICE_CHAINS),
             outgoing: (0..owners).map(|_| Fifo::new()).collect(),
             dirty: vec![0; owners.div_ceil(64)].into_boxed_slice(),
             credits: 0,

@@ -115,6 +115,13 @@ impl PoolBuilder {
 
     /// Per-owner defer limit, the kernel's `skb_defer_max` (default 128); 0 or 1 disables
     /// deferral, sending every remote free to the overflow list.
+    ///
+    /// Size it for the handoff that brings frames back: a thread owner can be off the CPU for
+    /// a whole time slice (a kernel owner is run by its IPI within microseconds), and every
+    /// frame of it that comes back meanwhile must fit. With a handoff queue of `q` slots, a
+    /// freer batching `remote_batch` frames and an owner that drains every poll iteration,
+    /// that is `defer_max > q + remote_batch + 2`; anything less sends the excess to the
+    /// overflow list by construction (128 with a 256-slot queue: 5 of 8 batches).
     pub fn defer_max(mut self, n: usize) -> Self {
         self.defer_max = n;
         self
