@@ -422,3 +422,26 @@ fn display_is_tc_shaped() {
     assert_eq!(lines[5], " band1_drops 1");
     assert_eq!(lines.len(), 6);
 }
+
+#[test]
+fn gc_bookkeeping_stays_bounded_when_flows_empty_and_refill_fast() {
+    // Three flows that empty and refill 30 000 times within one clock instant: emptied flows
+    // detach and queue GC entries, none old enough to be collected, and each refill makes the
+    // previous entry stale. The queue must not keep them all (it held 29 722 before the sweep).
+    let c = clock();
+    let mut q: TestFq = no_fastpath(fq_builder(&c)).build().unwrap();
+    for round in 0..30_000u64 {
+        for f in 0..3 {
+            enq(&mut q, pkt(round * 3 + f, 100, sock(f)));
+        }
+        for _ in 0..3 {
+            assert!(q.dequeue().is_some());
+        }
+        assert!(q.gc_queue_len() <= 2 * 3 + 64 + 1, "{}", q.gc_queue_len());
+    }
+    // One more dequeue finds them empty on the old list and detaches them.
+    assert!(q.dequeue().is_none());
+    let st = q.fq_stats();
+    assert_eq!((st.flows, st.inactive_flows), (3, 3));
+    q.check_invariants().unwrap();
+}

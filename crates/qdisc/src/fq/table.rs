@@ -307,11 +307,28 @@ impl<P: Packet> FlowTable<P> {
     /// Queues a GC entry for flow `idx` as it is now: a new flow is detached from birth, and
     /// if its first packet is refused (`flow_limit` 0) it must still age out.
     pub(super) fn note_detached(&mut self, idx: u32) {
-        self.ages.push_back(GcEntry {
+        self.push_age(GcEntry {
             age: self.slots[idx as usize].age,
             slot: idx,
             detach_id: self.cold[idx as usize].detach_id,
         });
+    }
+
+    /// Queues a GC entry. Entries go stale when their flow is listed again or detached anew
+    /// (each detachment queues one), and are dropped lazily when they reach the front 3 s
+    /// later. A flow that empties and refills thousands of times a second would so keep a
+    /// queue as long as 3 s of detachments, and its capacity would stay at that high-water
+    /// mark; so when the queue holds more than two entries per flow slot, the stale ones are
+    /// swept out (order kept): bounded memory, amortized O(1) a push.
+    fn push_age(&mut self, e: GcEntry) {
+        self.ages.push_back(e);
+        if self.ages.len() > 2 * self.slots.len() + 64 {
+            let (slots, cold) = (&self.slots, &self.cold);
+            self.ages.retain(|e| {
+                slots[e.slot as usize].state == FlowState::Detached
+                    && cold[e.slot as usize].detach_id == e.detach_id
+            });
+        }
     }
 
     fn bump_detach_id(&mut self) -> u64 {
@@ -326,7 +343,7 @@ impl<P: Packet> FlowTable<P> {
         f.state = FlowState::Detached;
         f.age = now;
         self.cold[idx as usize].detach_id = id;
-        self.ages.push_back(GcEntry {
+        self.push_age(GcEntry {
             age: now,
             slot: idx,
             detach_id: id,
