@@ -208,7 +208,12 @@ impl<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> RunRole<'q, P, Q, D> {
 }
 
 impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for RunRole<'_, P, Q, D> {
+    #[inline]
     fn drop(&mut self) {
+        // The common end of a bypass: nothing held, no role. Nothing to do, panicking or not.
+        if !self.held && self.batch.is_empty() && self.direct.is_empty() {
+            return;
+        }
         if !std::thread::panicking() {
             debug_assert!(
                 self.batch.is_empty() && self.direct.is_empty(),
@@ -252,8 +257,12 @@ struct Dropped<'q, P: Packet, Q: Qdisc<P>, D: Driver<P>> {
 }
 
 impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for Dropped<'_, P, Q, D> {
+    #[inline]
     fn drop(&mut self) {
-        self.txq.free(core::mem::take(&mut self.list));
+        // Nearly always empty: skip moving the list (and its per-reason counts) out.
+        if !self.list.is_empty() {
+            self.txq.free(core::mem::take(&mut self.list));
+        }
     }
 }
 
@@ -1202,6 +1211,9 @@ fn lock_counted<'a, T>(
 
 /// Bytes of the packets added to `to_free` since it held `before` packets.
 fn to_free_bytes<P: Packet>(to_free: &ToFree<P>, before: usize) -> u64 {
+    if to_free.len() == before {
+        return 0;
+    }
     to_free.iter().skip(before).map(|p| p.len() as u64).sum()
 }
 
