@@ -393,6 +393,18 @@ struct Acc {
     overflow: u64,
 }
 
+impl Acc {
+    /// Remote frees that took the overflow path, as a share of all remote frees.
+    fn overflow_share(&self) -> String {
+        format!(
+            "{:.3}% ({} of {})",
+            100.0 * self.overflow as f64 / self.remote.max(1) as f64,
+            self.overflow,
+            self.remote
+        )
+    }
+}
+
 type Table = Mutex<BTreeMap<(&'static str, usize, &'static str), Acc>>;
 static TABLE: Table = Mutex::new(BTreeMap::new());
 
@@ -642,12 +654,7 @@ fn interleaved(rounds: usize) {
             let mi = t[&(pattern, p, "mimalloc")];
             let mi_cpu = mi.cpu.as_nanos() as f64 / mi.buffers as f64;
             let ovf = if pattern == "pipeline" {
-                format!(
-                    "{:.3}% ({} of {})",
-                    100.0 * a.overflow as f64 / a.remote.max(1) as f64,
-                    a.overflow,
-                    a.remote
-                )
+                a.overflow_share()
             } else {
                 String::from("–")
             };
@@ -679,12 +686,7 @@ fn print_table() {
             .map(|m| m.buffers as f64 / m.wall.as_secs_f64() / 1e6);
         let vs = mi.map_or(String::from("-"), |m| format!("{:.2}x", rate / m));
         let ovf = if name == "skb_pool" && pattern == "pipeline" {
-            format!(
-                "{:.3}% ({} of {})",
-                100.0 * a.overflow as f64 / a.remote.max(1) as f64,
-                a.overflow,
-                a.remote
-            )
+            a.overflow_share()
         } else {
             String::from("-")
         };
