@@ -493,7 +493,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             }
             return Verdict::Dropped(DropReason::Deactivated);
         }
-        if root.can_bypass() && !self.is_running() && self.may_bypass(&root, &batch) {
+        if !self.is_running() && self.may_bypass(&root, &batch) {
             self.run_begin_locked(&root);
             drop(self.run(root, batch, to_free));
             return Verdict::Success;
@@ -673,16 +673,20 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         }
         let batch = self.defer.take_all().reverse();
         self.notify_room();
-        if root.can_bypass() && self.may_bypass(root, &batch) {
+        if self.may_bypass(root, &batch) {
             return batch;
         }
         self.enqueue_all(root, batch, to_free);
         Fifo::new()
     }
 
-    /// Whether a drained batch may skip the (empty, bypassable) qdisc: a batch of one always
-    /// (the kernel's rule), a longer one if batch bypass is on and the qdisc agrees.
+    /// Whether a drained batch may skip the qdisc: only if it is empty and bypassable (and the
+    /// queue active); then a batch of one always (the kernel's rule), a longer one if batch
+    /// bypass is on and the qdisc agrees.
     fn may_bypass(&self, root: &Root<P, Q>, batch: &Fifo<P>) -> bool {
+        if !root.can_bypass() {
+            return false;
+        }
         match batch.len() {
             0 => false,
             1 => true,
@@ -1073,10 +1077,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
 
     /// Runs `f` on the qdisc under the root lock (for statistics or a live change).
     pub fn with_qdisc<R>(&self, f: impl FnOnce(&mut Q) -> R) -> R {
-        let r = f(&mut self.lock_root().qdisc);
-        self.bypass_ok
-            .store(self.lock_root().qdisc.can_bypass(), Ordering::Relaxed);
-        r
+        self.change_qdisc(|q, _| f(q))
     }
 
     /// Runs `f` on the qdisc under the root lock with a to-free list, for a live change that
