@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use lockless_xmit::harness::median;
 use qdisc::{
     FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, Packet, Pfifo, PfifoFastBuilder,
     Qdisc, TestPacket, ToFree,
@@ -195,11 +196,6 @@ fn step_vecdeque(flows: usize, read_len: bool) -> Step {
     })
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// `QDISC_BENCH_ROUNDS=N cargo bench --bench qdisc`: instead of criterion, every variant of
 /// one flow count runs a short slice in turn, N rounds, so that load from other processes on a
 /// shared machine falls on all of them alike. Prints each variant's median and minimum ns per
@@ -245,15 +241,15 @@ fn interleaved(rounds: usize) {
         }
         for (i, (name, _)) in variants.iter().enumerate() {
             let min = ns[i].iter().copied().fold(f64::INFINITY, f64::min);
-            println!("{flows} {name} {:.2} {min:.2}", median(&mut ns[i].clone()));
+            println!("{flows} {name} {:.2} {min:.2}", median(&ns[i]));
         }
         for (a, b) in [(2, 0), (3, 1)] {
-            let mut r: Vec<f64> = ns[a].iter().zip(&ns[b]).map(|(x, y)| x / y).collect();
+            let r: Vec<f64> = ns[a].iter().zip(&ns[b]).map(|(x, y)| x / y).collect();
             println!(
                 "{flows} ratio:{}/{} {:.2}",
                 variants[a].0,
                 variants[b].0,
-                median(&mut r)
+                median(&r)
             );
         }
     }

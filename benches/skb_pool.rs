@@ -46,7 +46,7 @@
 //!   off the CPU for milliseconds. Rule: `defer_max > queue slots + remote_batch + 2`.
 //!
 //! Threads start on a `Barrier`; each measurement is timed with `iter_custom` and its CPU time
-//! is read with `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`. After criterion's own report, a table
+//! is read with `getrusage` (`harness::process_cpu_time`). After criterion's own report, a table
 //! gives buffers/s, CPU ns per buffer, and for `skb_pool` the share of remote frees that took
 //! the overflow path.
 //!
@@ -65,6 +65,7 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::Backoff;
 use llist_defer::{Link, Node};
+use lockless_xmit::harness::{median, process_cpu_time};
 use mimalloc::MiMalloc;
 use skb_pool::{Pool, PoolError, PoolHandle, Skb};
 
@@ -373,17 +374,6 @@ impl Strategy for MutexPool {
     }
 }
 
-/// CPU time of the whole process.
-fn cpu_now() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 #[derive(Default, Clone, Copy)]
 struct Acc {
     wall: Duration,
@@ -477,11 +467,11 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
         }));
     }
     start.wait();
-    let (t0, c0) = (Instant::now(), cpu_now());
+    let (t0, c0) = (Instant::now(), process_cpu_time());
     for t in threads {
         black_box(t.join().unwrap());
     }
-    let (wall, cpu) = (t0.elapsed(), cpu_now() - c0);
+    let (wall, cpu) = (t0.elapsed(), process_cpu_time() - c0);
     let after = s.remote_stats();
     record(
         "pipeline",
@@ -524,11 +514,11 @@ fn run_local<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
         })
         .collect();
     start.wait();
-    let (t0, c0) = (Instant::now(), cpu_now());
+    let (t0, c0) = (Instant::now(), process_cpu_time());
     for t in threads {
         black_box(t.join().unwrap());
     }
-    let (wall, cpu) = (t0.elapsed(), cpu_now() - c0);
+    let (wall, cpu) = (t0.elapsed(), process_cpu_time() - c0);
     record("local", p, S::NAME, wall, cpu, total, (0, 0));
     wall
 }
@@ -596,11 +586,6 @@ fn runner<S: Strategy>(s: S) -> (&'static str, Runner) {
     (S::NAME, run)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// `SKB_BENCH_ROUNDS=N cargo bench --bench skb_pool`: instead of criterion, for each pattern
 /// and P every strategy runs one slice (`SKB_BENCH_SLICE` buffers: 300 000 in the pipeline,
 /// 3 000 000 in local) in turn, the order rotated each round, N rounds, so that load from other
@@ -658,7 +643,7 @@ fn interleaved(rounds: usize) {
             } else {
                 String::from("–")
             };
-            let m: Vec<f64> = rates.into_iter().map(median).collect();
+            let m: Vec<f64> = rates.iter().map(|r| median(r)).collect();
             println!(
                 "| {pattern} | {p} | {:.2} ({cpu:.0}) | {:.2} ({mi_cpu:.0}) | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {ovf} |",
                 m[0],
@@ -666,8 +651,8 @@ fn interleaved(rounds: usize) {
                 m[2],
                 m[3],
                 m[4],
-                median(vs_mi),
-                median(vs_aq)
+                median(&vs_mi),
+                median(&vs_aq)
             );
         }
     }

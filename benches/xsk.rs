@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use std::cell::RefCell;
 
 use criterion::{Criterion, Throughput};
+use lockless_xmit::harness::{median, process_cpu_time};
 use qdisc::{Pfifo, TxQueue, Verdict};
 use skb_pool::{Pool, PoolHandle, Skb};
 use xsk_tx::netns::{self, VethPair};
@@ -347,14 +348,9 @@ impl Drop for Receiver {
 /// One second of one variant: (sent Mpps, share received in percent, process CPU ns/pkt).
 fn one_second(v: &mut dyn TxVariant, receiver: &Receiver) -> (f64, f64, f64) {
     let before = receiver.settle();
-    let (cpu0, t0) = (process_cpu(), Instant::now());
-    let mut sent = 0u64;
-    while t0.elapsed() < Duration::from_secs(1) {
-        v.send(PER_ITER);
-        sent += PER_ITER;
-    }
-    v.finish();
-    let (cpu, wall) = (process_cpu() - cpu0, t0.elapsed());
+    let cpu0 = process_cpu_time();
+    let (sent, wall) = send_for(v, Duration::from_secs(1), PER_ITER);
+    let cpu = process_cpu_time() - cpu0;
     let got = receiver.settle() - before;
     (
         sent as f64 / wall.as_secs_f64() / 1e6,
@@ -363,25 +359,17 @@ fn one_second(v: &mut dyn TxVariant, receiver: &Receiver) -> (f64, f64, f64) {
     )
 }
 
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
+/// Sends in chunks of `chunk` until `span` has passed, then flushes; returns the packets sent
+/// and the time taken, flush included.
+fn send_for(v: &mut dyn TxVariant, span: Duration, chunk: u64) -> (u64, Duration) {
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while t0.elapsed() < span {
+        v.send(chunk);
+        sent += chunk;
     }
-}
-
-fn process_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    v.finish();
+    (sent, t0.elapsed())
 }
 
 fn main() {
@@ -485,18 +473,11 @@ fn main() {
                 [&mut **v, &mut *first[0]]
             };
             for (k, var) in order.into_iter().enumerate() {
-                let t0 = Instant::now();
-                let mut sent = 0u64;
-                while t0.elapsed() < Duration::from_millis(100) {
-                    var.send(PER_ITER / 4);
-                    sent += PER_ITER / 4;
-                }
-                var.finish();
-                let secs = t0.elapsed().as_secs_f64();
+                let (sent, took) = send_for(var, Duration::from_millis(100), PER_ITER / 4);
                 let is_mine = (k == 1) == (slice % 2 == 0);
                 let side = if is_mine { &mut mine } else { &mut theirs };
                 side.0 += sent;
-                side.1 += secs;
+                side.1 += took.as_secs_f64();
             }
         }
         let rate = |(n, t): (u64, f64)| n as f64 / t.max(1e-9);

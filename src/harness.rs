@@ -235,6 +235,19 @@ impl fmt::Display for Cell {
     }
 }
 
+/// The median of `xs` (the mean of the middle two for an even count), for benches that
+/// repeat a measurement on a noisy machine. Panics on an empty slice.
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
 /// Process CPU time (user + system).
 pub fn process_cpu_time() -> Duration {
     let mut ru = core::mem::MaybeUninit::<libc::rusage>::zeroed();

@@ -7,13 +7,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Once};
 use std::thread;
+use std::time::Duration;
 
 use llist_defer::{Fifo, NodeRef};
 use qdisc::{
     Driver, DropReason, Pfifo, Qdisc, QdiscStats, Strategy, ToFree, TxQueue, TxQueueBuilder,
     TxResult, Verdict,
 };
-use skb_pool::{Pool, PoolError, PoolHandle, Skb};
+use skb_pool::{Pool, PoolHandle, Skb};
 
 /// The payload of every panic these tests cause; the hook stays quiet for it only.
 const BOOM: &str = "injected fault";
@@ -383,21 +384,6 @@ fn with_driver_panic_releases_the_role() {
     }
 }
 
-/// Allocates, waiting for frames to come home if the pool is momentarily dry.
-fn alloc(h: &mut PoolHandle) -> Skb {
-    loop {
-        match h.alloc() {
-            Ok(skb) => return skb,
-            Err(PoolError::Exhausted) => {
-                h.flush_frees();
-                h.flush_remote();
-                thread::yield_now();
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
-
 #[test]
 fn random_panics_under_load_lose_nothing() {
     quiet_injected_panics();
@@ -428,7 +414,7 @@ fn random_panics_under_load_lose_nothing() {
                     let mut h = pool.handle().unwrap();
                     start.wait();
                     for i in 0..per_producer {
-                        let mut skb = alloc(&mut h);
+                        let mut skb = h.alloc_wait(Duration::MAX).expect("frames come home");
                         skb.put_slice(&(p << 32 | i).to_le_bytes()).unwrap();
                         if catch_unwind(AssertUnwindSafe(|| q.xmit(skb))).is_err() {
                             seen.fetch_add(1, Ordering::Relaxed);

@@ -20,7 +20,7 @@ use llist_defer::Fifo;
 use qdisc::{
     Driver, DropReason, FqBuilder, Pfifo, PfifoFast, Qdisc, Strategy, ToFree, TxQueue, TxResult,
 };
-use skb_pool::{Pool, PoolError, PoolHandle, Skb};
+use skb_pool::{Pool, PoolHandle, Skb};
 
 /// Counts live heap bytes, so a leak shows apart from allocator fragmentation in RSS, and
 /// allocation calls, so allocation churn after warm-up shows too.
@@ -151,7 +151,7 @@ fn fq(h: &mut PoolHandle) -> Box<dyn Qdisc<Skb>> {
     let mut to_free = ToFree::new();
     for flow in 0..FLOWS {
         for _ in 0..FQ_FLOW_LIMIT {
-            let mut skb = alloc(h);
+            let mut skb = h.alloc_wait(Duration::MAX).expect("frames come home");
             skb.put(60).unwrap();
             skb.set_flow_hash(flow);
             let _ = q.enqueue(skb, &mut to_free);
@@ -248,21 +248,6 @@ fn rss() -> u64 {
     pages * page
 }
 
-fn alloc(h: &mut PoolHandle) -> Skb {
-    loop {
-        match h.alloc() {
-            Ok(skb) => return skb,
-            Err(PoolError::Exhausted) => {
-                h.flush_frees();
-                if !h.flush_remote() {
-                    thread::yield_now();
-                }
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
-
 #[test]
 fn soak() {
     // Few malloc arenas: glibc's per-thread arenas (up to 8 per core) grow slowly as frees land
@@ -335,7 +320,7 @@ fn soak() {
                     }
                     let skb = {
                         let h = h.as_mut().unwrap();
-                        let mut skb = alloc(h);
+                        let mut skb = h.alloc_wait(Duration::MAX).expect("frames come home");
                         let len = 60 + rng.below(200) as usize;
                         skb.put(len).unwrap()[..8].copy_from_slice(&i.to_le_bytes());
                         skb.set_flow_hash(rng.below(u64::from(FLOWS)) as u32);
