@@ -10,6 +10,7 @@
 use core::fmt;
 use core::ops::ControlFlow;
 
+use crate::fifo::Fifo;
 use crate::link::Node;
 use crate::llist::{Chain, LList};
 use crate::sync::{AtomicUsize, Ordering};
@@ -199,6 +200,69 @@ impl<N: Node> DeferList<N> {
             Err(()) => {
                 // SAFETY: a refused push never published the link; the node is still ours.
                 let item = unsafe { N::from_link(link) };
+                Err(Rejected { item, burst })
+            }
+        }
+    }
+
+    /// Pushes a whole batch with one successful CAS: the batch version of [`push`](Self::push)
+    /// for a caller that has several items at once (an RX burst, a vector of packets).
+    ///
+    /// The items keep their order: a drainer that reverses [`take_all`](Self::take_all) to FIFO
+    /// gets them in `batch` order, after everything pushed before. The counting rule is the
+    /// same, in items: a push that saw the list non-empty raises the count once, by
+    /// `batch.len()`, so the limit still bounds the items queued, not the pushes. The first
+    /// pusher is never refused. An empty batch changes nothing and reports
+    /// [`Queued`](Pushed::Queued) with a burst of 0 (there is nothing to drain for it).
+    ///
+    /// The batch is relinked newest-first before the CAS (one pass over links the caller just
+    /// wrote); a refused batch is relinked back, so it comes back exactly as given.
+    ///
+    /// # Errors
+    ///
+    /// [`Rejected`], carrying the whole batch back in its order, if the count would pass the
+    /// limit.
+    ///
+    /// ```
+    /// use llist_defer::{Boxed, DeferList, Fifo, Pushed};
+    ///
+    /// let list = DeferList::with_limit(1000).unwrap();
+    /// list.push(Boxed::new(0)).unwrap();
+    /// let burst: Fifo<_> = (1..4).map(Boxed::new).collect();
+    /// assert_eq!(list.push_batch(burst).unwrap(), Pushed::Queued { burst: 3 });
+    /// let out: Vec<i32> = list.take_all().reverse().into_iter().map(Boxed::into_inner).collect();
+    /// assert_eq!(out, [0, 1, 2, 3]);
+    /// ```
+    pub fn push_batch(&self, batch: Fifo<N>) -> Result<Pushed, Rejected<Fifo<N>>> {
+        let Some((newest, oldest, len)) = batch.into_raw_newest_first() else {
+            return Ok(Pushed::Queued { burst: 0 });
+        };
+        let mut burst = 0;
+        let limit = self.limit;
+        let count = &self.count;
+        let pushed = self.list.push_chain(newest, oldest, |head| {
+            // As in `push`: one increment per push (by the batch's length), only if this push
+            // saw the list non-empty, never again on a CAS retry.
+            if !head.is_null() && burst == 0 {
+                // Relaxed: the count is a heuristic bound, it orders nothing.
+                burst = count.fetch_add(len, Ordering::Relaxed) + len;
+                if burst > limit {
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        });
+        match pushed {
+            Ok(true) => Ok(Pushed::First),
+            Ok(false) => Ok(Pushed::Queued { burst }),
+            Err(()) => {
+                // A refused push never published the chain: it is still ours, newest first.
+                // An earlier CAS attempt may have linked `oldest` to a head it saw; cut that.
+                // SAFETY: `oldest` is a node of that unpublished chain, so ours to write.
+                unsafe { oldest.as_ref() }.set_next(core::ptr::null_mut());
+                // SAFETY: the chain `newest ..= oldest` is ours alone (never published) and
+                // null-terminated; reversing it restores the batch's order.
+                let item = unsafe { Chain::from_raw(newest.as_ptr()) }.reverse();
                 Err(Rejected { item, burst })
             }
         }

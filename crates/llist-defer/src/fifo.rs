@@ -69,6 +69,24 @@ impl<N: Node> Fifo<N> {
         ends
     }
 
+    /// Relinks the nodes back to front and gives them up as a raw `(newest, oldest, len)`
+    /// chain: the shape [`LList`](crate::LList) stores, so that a detached list reversed to FIFO
+    /// yields them in this queue's order. O(n), touching each link once. `None` if empty.
+    pub(crate) fn into_raw_newest_first(self) -> Option<(NonNull<Link>, NonNull<Link>, usize)> {
+        let (oldest, newest, len) = (NonNull::new(self.head)?, NonNull::new(self.tail)?, self.len);
+        core::mem::forget(self);
+        let mut prev: *mut Link = ptr::null_mut();
+        let mut cur = oldest.as_ptr();
+        while let Some(link) = NonNull::new(cur) {
+            // SAFETY: `link` is a node of the chain we own (the queue gave it up above).
+            let link = unsafe { link.as_ref() };
+            cur = link.next();
+            link.set_next(prev);
+            prev = link as *const Link as *mut Link;
+        }
+        Some((newest, oldest, len))
+    }
+
     /// Number of nodes.
     #[inline]
     pub fn len(&self) -> usize {

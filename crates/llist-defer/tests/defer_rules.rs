@@ -92,3 +92,43 @@ fn add_batch_reports_was_empty_and_keeps_batch_order() {
     let newest_first: Vec<i32> = list.take_all().map(Boxed::into_inner).collect();
     assert_eq!(newest_first, [3, 4, 1, 2]);
 }
+
+#[test]
+fn push_batch_keeps_order_counts_items_and_never_refuses_the_first() {
+    let list = DeferList::with_limit(4).unwrap();
+    // The first pusher is never refused, however long its batch, and does not count.
+    let first: llist_defer::Fifo<_> = (0..6).map(Boxed::new).collect();
+    assert_eq!(list.push_batch(first).unwrap(), Pushed::First);
+    assert_eq!(list.burst(), 0);
+    // Behind it, a batch counts its items, once.
+    let second: llist_defer::Fifo<_> = (6..9).map(Boxed::new).collect();
+    assert_eq!(
+        list.push_batch(second).unwrap(),
+        Pushed::Queued { burst: 3 }
+    );
+    // 3 + 2 > 4: refused whole, and handed back in its order.
+    let third: llist_defer::Fifo<_> = (9..11).map(Boxed::new).collect();
+    let rejected = list.push_batch(third).unwrap_err();
+    assert_eq!(rejected.burst, 5);
+    let back: Vec<i32> = rejected
+        .into_inner()
+        .into_iter()
+        .map(Boxed::into_inner)
+        .collect();
+    assert_eq!(back, [9, 10]);
+    // A single push behind them lands after both batches.
+    list.push(Boxed::new(99)).unwrap_err(); // still over the limit until a drain
+    let got: Vec<i32> = list
+        .take_all()
+        .reverse()
+        .into_iter()
+        .map(Boxed::into_inner)
+        .collect();
+    assert_eq!(got, [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(list.burst(), 0, "take_all resets the count");
+    // An empty batch is a no-op: nothing to drain, no count.
+    let empty = llist_defer::Fifo::<Boxed<i32>>::new();
+    assert_eq!(list.push_batch(empty).unwrap(), Pushed::Queued { burst: 0 });
+    assert!(list.is_empty());
+    assert_eq!(list.push(Boxed::new(1)).unwrap(), Pushed::First);
+}

@@ -187,3 +187,73 @@ fn defer_list_first_pusher_drains_nothing_stranded() {
         assert_exactly_once_in_order(&got, &[2, 2]);
     });
 }
+
+/// `push_batch` under the first-pusher protocol, racing single pushes, with a limit of 1 that
+/// both the batch and a single push can pass: the batch is delivered whole and in order or refused whole and handed back, the
+/// count rises once per push by the items pushed, and nothing is stranded.
+#[test]
+fn defer_list_push_batch_races_push() {
+    loom::model(|| {
+        let list: Arc<DeferList<Item>> = Arc::new(DeferList::with_limit(1).unwrap());
+        let delivered = Arc::new(Mutex::new(Vec::new()));
+        let drain = |list: &DeferList<Item>, delivered: &Mutex<Vec<(usize, usize)>>| {
+            let mut out = delivered.lock().unwrap();
+            let batch = list.take_all().reverse();
+            out.extend(batch.into_iter().map(Boxed::into_inner));
+        };
+        let (l, d) = (list.clone(), delivered.clone());
+        let batcher = thread::spawn(move || {
+            let batch = [(0, 0), (0, 1)].into_iter().map(Boxed::new).collect();
+            match l.push_batch(batch) {
+                Ok(Pushed::First) => {
+                    drain(&l, &d);
+                    Vec::new()
+                }
+                Ok(Pushed::Queued { burst }) => {
+                    assert!(burst >= 2, "a batch of 2 raises the count by 2");
+                    Vec::new()
+                }
+                Err(rejected) => {
+                    assert!(rejected.burst > 1);
+                    let back: Vec<_> = rejected
+                        .into_inner()
+                        .into_iter()
+                        .map(Boxed::into_inner)
+                        .collect();
+                    assert_eq!(
+                        back,
+                        [(0, 0), (0, 1)],
+                        "a refused batch comes back whole, in order"
+                    );
+                    back
+                }
+            }
+        });
+        let mut refused = Vec::new();
+        for s in 0..2 {
+            match list.push(Boxed::new((1, s))) {
+                Ok(Pushed::First) => drain(&list, &delivered),
+                Ok(Pushed::Queued { .. }) => {}
+                Err(r) => refused.push(r.into_inner().into_inner()),
+            }
+        }
+        refused.extend(batcher.join().unwrap());
+        assert!(list.is_empty(), "an item was stranded on the list");
+        let got = delivered.lock().unwrap().clone();
+        // Everything delivered once or refused once; each pusher's delivered items in order.
+        let mut all: Vec<_> = got.iter().chain(&refused).copied().collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            [(0, 0), (0, 1), (1, 0), (1, 1)],
+            "got {got:?} refused {refused:?}"
+        );
+        for p in 0..2 {
+            let seqs: Vec<usize> = got.iter().filter(|i| i.0 == p).map(|i| i.1).collect();
+            assert!(
+                seqs.windows(2).all(|w| w[0] < w[1]),
+                "pusher {p} out of order: {got:?}"
+            );
+        }
+    });
+}
