@@ -9,12 +9,16 @@
 //!   list, the kernel kicked when it asks. No pool, no qdisc.
 //! - `af_xdp_b256`: the same with `XDP_MAX_TX_SKB_BUDGET` 256 (one kick sends up to 256 frames
 //!   instead of 32), on the veth's second queue.
+//! - `af_xdp_q3`: the minimal loop again, on the veth's fourth queue: the control. Its ratio to
+//!   `af_xdp` is what the method reads when nothing differs but the queue, i.e. the noise floor.
 //! - `sendmmsg`: one `sendmmsg(2)` per 64 datagrams on a connected UDP socket.
 //! - `io_uring`: one submission of 64 `IORING_OP_SEND` per batch on a connected UDP socket.
 //! - `pipeline`: the full path — a frame allocated from the `skb-pool` per packet (the
 //!   Ethernet/IPv4/UDP frame copied in from a template), `XskDevice::xmit` through the
 //!   `TxQueue` engine (DeferList) and a `pfifo`, the `XskDriver` writing descriptors and kicking
 //!   every 32, completions reaped back to the producer's pool cache — on the veth's third queue.
+//! - `pipeline_bulk`: the same path fed `BATCH` frames at a time through
+//!   `XskDevice::xmit_bulk`, on the veth's fifth queue.
 //!
 //! To add a variant implement [`TxVariant`] and push it in `variants()`. The bench needs root for the namespaces; without it it prints a
 //! skip line and exits 0. After criterion's report it prints a table of packets/s sent, the
@@ -23,7 +27,8 @@
 //! round. Then each variant is paired with the minimal loop in `XSK_BENCH_PAIRED_SLICES`
 //! (default 40) alternating slices of 100 ms, and the ratio of their send rates (flush
 //! included) is printed: the most noise-proof figure on a shared machine. `XSK_BENCH_TABLE_ONLY=1` skips
-//! criterion and prints just these tables.
+//! criterion and prints just these tables; `XSK_BENCH_ONLY=af_xdp,pipeline` keeps just the
+//! variants named (the first is the base of the ratios).
 //!
 //! Run: `cargo bench --bench xsk`.
 
@@ -140,8 +145,24 @@ impl TxVariant for AfXdp {
 }
 
 thread_local! {
-    /// The bench thread's pool handle (`PoolHandle` is `!Send`: made on first use).
-    static HANDLE: RefCell<Option<PoolHandle>> = const { RefCell::new(None) };
+    /// The bench thread's pool handles, one per pipeline's pool (`PoolHandle` is `!Send`: made
+    /// on first use).
+    static HANDLES: RefCell<Vec<PoolHandle>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's handle on `pool`.
+fn with_handle<R>(pool: &Pool, f: impl FnOnce(&mut PoolHandle) -> R) -> R {
+    HANDLES.with(|hs| {
+        let mut hs = hs.borrow_mut();
+        let i = match hs.iter().position(|h| h.pool().ptr_eq(pool)) {
+            Some(i) => i,
+            None => {
+                hs.push(pool.handle().expect("pool handle"));
+                hs.len() - 1
+            }
+        };
+        f(&mut hs[i])
+    })
 }
 
 /// The full pipeline: pool + `TxQueue` + pfifo + AF_XDP.
@@ -184,9 +205,7 @@ impl TxVariant for Pipeline {
         "pipeline"
     }
     fn send(&mut self, n: u64) {
-        HANDLE.with(|h| {
-            let mut h = h.borrow_mut();
-            let h = h.get_or_insert_with(|| self.pool.handle().expect("pool handle"));
+        with_handle(&self.pool, |h| {
             for _ in 0..n {
                 let mut skb = loop {
                     match h.alloc() {
@@ -205,6 +224,52 @@ impl TxVariant for Pipeline {
     }
     fn finish(&mut self) {
         while self.dev.poll() {}
+    }
+}
+
+/// The full pipeline fed in bursts: the same as [`Pipeline`], but frames go to
+/// `XskDevice::xmit_bulk` `BATCH` at a time (one defer-list push or one driver call per
+/// burst instead of per frame), as a dataplane that holds a burst would send them.
+struct PipelineBulk {
+    inner: Pipeline,
+    burst: Vec<Skb>,
+}
+
+impl TxVariant for PipelineBulk {
+    fn name(&self) -> &'static str {
+        "pipeline_bulk"
+    }
+    fn send(&mut self, n: u64) {
+        let Pipeline {
+            dev,
+            pool,
+            template,
+        } = &self.inner;
+        with_handle(pool, |h| {
+            let mut sent = 0u64;
+            while sent < n {
+                let k = (BATCH as u64).min(n - sent);
+                for _ in 0..k {
+                    let mut skb = loop {
+                        match h.alloc() {
+                            Ok(skb) => break skb,
+                            Err(_) => {
+                                dev.poll();
+                            }
+                        }
+                    };
+                    skb.put_slice(template).expect("frame fits");
+                    skb.set_flow_hash(0x9e37_79b9);
+                    self.burst.push(skb);
+                }
+                let v = dev.xmit_bulk(self.burst.drain(..));
+                debug_assert_eq!(v.dropped, 0);
+                sent += k;
+            }
+        });
+    }
+    fn finish(&mut self) {
+        self.inner.finish();
     }
 }
 
@@ -265,7 +330,12 @@ fn variants(veth: &VethPair) -> Vec<Box<dyn TxVariant>> {
             vec![
                 Box::new(AfXdp::new("af_xdp", &ifname, 0, 32, flow)),
                 Box::new(AfXdp::new("af_xdp_b256", &ifname, 1, 256, flow)),
+                Box::new(AfXdp::new("af_xdp_q3", &ifname, 3, 32, flow)),
                 Box::new(Pipeline::new(&ifname, 2, flow)),
+                Box::new(PipelineBulk {
+                    inner: Pipeline::new(&ifname, 4, flow),
+                    burst: Vec::with_capacity(BATCH),
+                }),
                 Box::new(Sendmmsg(
                     UdpSendmmsg::new(from, to).expect("sendmmsg socket"),
                 )),
@@ -377,7 +447,7 @@ fn main() {
         println!("SKIPPED: bench xsk: {reason} (needs root and iproute2 for a veth pair)");
         return;
     }
-    let veth = match VethPair::create(3) {
+    let veth = match VethPair::create(5) {
         Ok(v) => v,
         Err(e) => {
             println!("SKIPPED: bench xsk: cannot create namespaces/veth: {e}");
@@ -386,6 +456,17 @@ fn main() {
     };
     let receiver = Receiver::start(&veth);
     let mut variants = variants(&veth);
+    // `XSK_BENCH_ONLY=af_xdp,pipeline`: just these variants (the first one listed is the base
+    // of the ratios).
+    if let Ok(only) = std::env::var("XSK_BENCH_ONLY") {
+        let names: Vec<&str> = only.split(',').map(str::trim).collect();
+        variants.retain(|v| names.contains(&v.name()));
+        variants.sort_by_key(|v| names.iter().position(|n| *n == v.name()));
+        if variants.is_empty() {
+            println!("XSK_BENCH_ONLY={only}: no such variant");
+            return;
+        }
+    }
 
     let mut c = Criterion::default()
         .sample_size(10)
@@ -463,8 +544,10 @@ fn main() {
     );
     let (first, rest) = variants.split_at_mut(1);
     for v in rest.iter_mut() {
-        // (packets, seconds including the final flush) for this variant and for af_xdp.
+        // (packets, seconds including the final flush) for this variant and for af_xdp, in
+        // total and per slice pair.
         let (mut mine, mut theirs) = ((0u64, 0f64), (0u64, 0f64));
+        let mut pair_ratios = Vec::with_capacity(paired_slices);
         for slice in 0..paired_slices {
             // Alternate who goes first, so neither always follows the other's backlog.
             let order: [&mut dyn TxVariant; 2] = if slice % 2 == 0 {
@@ -472,19 +555,23 @@ fn main() {
             } else {
                 [&mut **v, &mut *first[0]]
             };
+            let mut rates = [0f64; 2];
             for (k, var) in order.into_iter().enumerate() {
                 let (sent, took) = send_for(var, Duration::from_millis(100), PER_ITER / 4);
                 let is_mine = (k == 1) == (slice % 2 == 0);
                 let side = if is_mine { &mut mine } else { &mut theirs };
                 side.0 += sent;
                 side.1 += took.as_secs_f64();
+                rates[usize::from(is_mine)] = sent as f64 / took.as_secs_f64().max(1e-9);
             }
+            pair_ratios.push(rates[1] / rates[0]);
         }
         let rate = |(n, t): (u64, f64)| n as f64 / t.max(1e-9);
         println!(
-            "{:<12} {:>6.3}x  ({:.3} vs {:.3} Mpps)",
+            "{:<12} {:>6.3}x  median of slice pairs {:.3}x  ({:.3} vs {:.3} Mpps)",
             v.name(),
             rate(mine) / rate(theirs),
+            median(&pair_ratios),
             rate(mine) / 1e6,
             rate(theirs) / 1e6
         );

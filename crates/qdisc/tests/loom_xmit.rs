@@ -187,3 +187,38 @@ fn deactivate_races_xmit() {
         });
     }
 }
+
+/// (2f) `xmit_bulk` racing `xmit`, with a driver that takes one packet per call: the batch goes
+/// through the early bypass, the defer list (one push) or the qdisc, and either way each
+/// producer's packets leave in order and nothing is stranded without a poll.
+#[test]
+fn defer_list_bulk_races_xmit() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let mut driver = RecordingDriver::new();
+        driver.accept_per_call = Some(1);
+        let q = Arc::new(
+            TxQueue::builder()
+                .strategy(Strategy::DeferList)
+                .build(Pfifo::new(), driver)
+                .unwrap(),
+        );
+        let bulk = {
+            let q = q.clone();
+            thread::spawn(move || q.xmit_bulk((0..2).map(|i| TestPacket::new(i, 60))))
+        };
+        q.xmit(TestPacket::new(1 << 8, 60));
+        let v = bulk.join().unwrap();
+        assert_eq!(v.handed_on + v.dropped, 2);
+        assert_eq!(q.backlog(), 0, "a packet was left in the qdisc");
+        let sent: Vec<u64> = q.with_driver(|d| d.sent.iter().map(TestPacket::id).collect());
+        assert!(
+            q.defer_list_is_empty(),
+            "a packet was left on the defer list"
+        );
+        assert_eq!(sent.len() as u64 + q.stats().dropped(), 3, "lost: {sent:?}");
+        let batch: Vec<u64> = sent.iter().copied().filter(|id| id >> 8 == 0).collect();
+        assert_eq!(batch, [0, 1], "the batch was reordered: {sent:?}");
+    });
+}

@@ -300,3 +300,132 @@ fn batch_bypass_skips_an_empty_pfifo_and_keeps_order() {
         );
     }
 }
+
+#[test]
+fn bulk_keeps_order_and_goes_to_an_idle_driver_in_one_call() {
+    for s in STRATEGIES {
+        let q = txq(s);
+        for b in 0..3u64 {
+            let v = q.xmit_bulk((b * 64..(b + 1) * 64).map(|id| TestPacket::new(id, 100)));
+            assert_eq!((v.handed_on, v.dropped), (64, 0), "{s}");
+        }
+        assert_eq!(sent_ids(&q), (0..192).collect::<Vec<_>>(), "{s}");
+        let st = q.stats();
+        assert_eq!(
+            (st.sent, st.sent_bytes, st.bypass),
+            (192, 19_200, 192),
+            "{s}"
+        );
+        let calls = q.with_driver(|d| d.calls);
+        if s == Strategy::DeferList {
+            assert_eq!(calls, 3, "one driver call per batch");
+        } else {
+            assert_eq!(calls, 192, "{s} sends one by one");
+        }
+        // An empty batch is nothing; a batch of one is `xmit`.
+        assert_eq!(q.xmit_bulk(None).handed_on, 0);
+        assert_eq!(q.xmit_bulk(Some(TestPacket::new(192, 100))).handed_on, 1);
+        assert_eq!(sent_ids(&q).len(), 193);
+    }
+}
+
+#[test]
+fn bulk_behind_a_runner_is_one_push_counted_by_its_length() {
+    for overflow in [Overflow::Drop, Overflow::Wait] {
+        let q: Txq = TxQueue::builder()
+            .strategy(Strategy::DeferList)
+            .burst_limit(10)
+            .help_threshold(10) // nobody helps drain before the limit: the count stays up
+            .overflow(overflow)
+            .build(Pfifo::new(), RecordingDriver::new())
+            .unwrap();
+        let ids = |r: std::ops::Range<u64>| r.map(|id| TestPacket::new(id, 60));
+        // While the driver is held the run role is taken, so everything waits on the defer
+        // list: the first push, then a batch of 8 (count 8), then a batch of 5 (8 + 5 > 10).
+        let (a, b) = q.with_driver(|_| {
+            assert_eq!(q.xmit(TestPacket::new(0, 60)), Verdict::Success);
+            let a = q.xmit_bulk(ids(1..9));
+            let b = (overflow == Overflow::Drop).then(|| q.xmit_bulk(ids(9..14)));
+            (a, b)
+        });
+        assert_eq!((a.handed_on, a.dropped), (8, 0), "{overflow:?}");
+        let st = q.stats();
+        match b {
+            // Refused whole, counted by reason, and the queue goes on.
+            Some(b) => {
+                assert_eq!((b.handed_on, b.dropped), (0, 5));
+                assert_eq!(st.drops_for(DropReason::QdiscBurst), 5);
+            }
+            None => assert_eq!(st.dropped(), 0),
+        }
+        assert_eq!(sent_ids(&q), (0..9).collect::<Vec<_>>(), "{overflow:?}");
+        // Past a drain the count is reset: a batch as long as the limit goes through.
+        let v = q.xmit_bulk(ids(20..30));
+        assert_eq!(v.handed_on, 10);
+        assert_eq!(sent_ids(&q).len(), 19);
+    }
+}
+
+#[test]
+fn bulk_from_many_threads_loses_nothing_and_keeps_each_producers_order() {
+    use std::sync::{Arc, Barrier};
+    const THREADS: u64 = 8;
+    const PER: u64 = 5000;
+    for s in STRATEGIES {
+        // A short pfifo and burst limit, so that both drop; the accounting must still close.
+        let q: Arc<Txq> = Arc::new(
+            TxQueue::builder()
+                .strategy(s)
+                .burst_limit(64)
+                .build(
+                    FifoBuilder::pfifo().limit(128).build().unwrap(),
+                    RecordingDriver::new(),
+                )
+                .unwrap(),
+        );
+        let go = Arc::new(Barrier::new(THREADS as usize));
+        let producers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (q, go) = (q.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    let (mut next, mut dropped, mut k) = (0u64, 0usize, t);
+                    while next < PER {
+                        // Batch sizes 1..=37, varying per thread and call.
+                        k = (k * 31 + 7) % 37;
+                        let end = (next + k + 1).min(PER);
+                        let v = q.xmit_bulk((next..end).map(|i| TestPacket::new(t << 32 | i, 60)));
+                        assert_eq!(v.handed_on + v.dropped, (end - next) as usize);
+                        dropped += v.dropped;
+                        next = end;
+                    }
+                    dropped
+                })
+            })
+            .collect();
+        let refused: usize = producers.into_iter().map(|p| p.join().unwrap()).sum();
+        while q.poll() {}
+        let st = q.stats();
+        let sent = sent_ids(&q);
+        assert_eq!(
+            sent.len() as u64 + st.dropped(),
+            THREADS * PER,
+            "{s}: sent + dropped by reason = offered"
+        );
+        assert!(refused as u64 <= st.dropped(), "{s}");
+        if s == Strategy::DeferList {
+            assert_eq!(refused as u64, st.drops_for(DropReason::QdiscBurst), "{s}");
+        }
+        for t in 0..THREADS {
+            let mine: Vec<u64> = sent
+                .iter()
+                .filter(|id| *id >> 32 == t)
+                .map(|id| id & 0xffff_ffff)
+                .collect();
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "{s}: producer {t} out of order"
+            );
+        }
+    }
+}

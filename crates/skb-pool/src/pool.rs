@@ -420,6 +420,12 @@ unsafe impl Send for Pool {}
 unsafe impl Sync for Pool {}
 
 impl Pool {
+    /// Whether `self` and `other` are the same pool (clones of one handle share it), like
+    /// `Arc::ptr_eq`.
+    pub fn ptr_eq(&self, other: &Pool) -> bool {
+        self.inner == other.inner
+    }
+
     /// A builder with the defaults (2048-byte frames × 4096, headroom 256, defer_max 128).
     pub fn builder() -> PoolBuilder {
         PoolBuilder::default()

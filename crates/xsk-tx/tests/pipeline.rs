@@ -69,15 +69,17 @@ fn build(skb: &mut Skb, flow: &UdpFlow, seq: u64, hash: u32) {
     skb.set_flow_hash(hash);
 }
 
-/// Producers on `producers` threads send datagrams `0..n` through `dev`, flow `flows[seq %
-/// flows.len()]` with hash `hashes[..]`, paced on the receiver's progress; then everything is
-/// drained and the device closed. Returns the close report.
+/// Producers on `producers` threads send datagrams `0..n` through `dev`, flow `flow_of(seq)`,
+/// paced on the receiver's progress; then everything is drained and the device closed. Returns
+/// the close report. `batch` 1 sends with `xmit`; more sends runs of that many consecutive
+/// datagrams with `xmit_bulk`.
 fn produce<Q: Qdisc<Skb>>(
     dev: XskDevice<Q>,
     pool: &Pool,
     producers: u64,
     n: u64,
-    flows: &[(UdpFlow, u32)],
+    batch: u64,
+    flow_of: &(dyn Fn(u64) -> (UdpFlow, u32) + Sync),
     progress: &AtomicU64,
 ) -> xsk_tx::CloseReport {
     let next = AtomicU64::new(0);
@@ -86,24 +88,34 @@ fn produce<Q: Qdisc<Skb>>(
         for _ in 0..producers {
             s.spawn(|| {
                 let mut h = pool.handle().unwrap();
+                let mut skbs = Vec::with_capacity(batch as usize);
                 loop {
-                    let seq = next.fetch_add(1, Ordering::Relaxed);
-                    if seq >= n {
+                    let first = next.fetch_add(batch, Ordering::Relaxed);
+                    if first >= n {
                         break;
                     }
-                    while seq >= progress.load(Ordering::Acquire) + WINDOW {
+                    let end = (first + batch).min(n);
+                    while end > progress.load(Ordering::Acquire) + WINDOW {
                         assert!(
                             Instant::now() < deadline,
-                            "stuck at {seq}: {:?}",
+                            "stuck at {first}: {:?}",
                             dev.stats()
                         );
                         dev.poll();
                         std::thread::yield_now();
                     }
-                    let mut skb = alloc(&mut h, &dev, deadline);
-                    let (f, hash) = &flows[(seq % flows.len() as u64) as usize];
-                    build(&mut skb, f, seq, *hash);
-                    assert_eq!(dev.xmit(skb), Verdict::Success);
+                    for seq in first..end {
+                        let mut skb = alloc(&mut h, &dev, deadline);
+                        let (f, hash) = flow_of(seq);
+                        build(&mut skb, &f, seq, hash);
+                        skbs.push(skb);
+                    }
+                    if batch == 1 {
+                        assert_eq!(dev.xmit(skbs.pop().unwrap()), Verdict::Success);
+                    } else {
+                        let v = dev.xmit_bulk(skbs.drain(..));
+                        assert_eq!((v.handed_on, v.dropped), ((end - first) as usize, 0));
+                    }
                 }
             });
         }
@@ -158,7 +170,15 @@ fn pool_pfifo_af_xdp_100k_from_producers() {
             )
             .unwrap();
             assert_eq!(dev.mode(), XdpMode::Copy, "veth has no zero-copy");
-            produce(dev, &pool, 2, N, &flows, &progress)
+            produce(
+                dev,
+                &pool,
+                2,
+                N,
+                1,
+                &|seq| flows[(seq % flows.len() as u64) as usize],
+                &progress,
+            )
         })
         .unwrap();
     let got = receiver.join().unwrap();
@@ -322,7 +342,15 @@ fn device_spreads_flows_over_queues_by_hash() {
                 engine(),
             )
             .unwrap();
-            produce(dev, &pool, 2, N, &flows, &progress)
+            produce(
+                dev,
+                &pool,
+                2,
+                N,
+                1,
+                &|seq| flows[(seq % flows.len() as u64) as usize],
+                &progress,
+            )
         })
         .unwrap();
     let got = receiver.join().unwrap();
@@ -341,5 +369,57 @@ fn device_spreads_flows_over_queues_by_hash() {
         "traffic is spread: {sent:?}"
     );
     assert_eq!(report.stats.dropped(), 0);
+    assert_pool_full(&pool);
+}
+
+/// `xmit_bulk` from two producers over two queues: runs of 8 datagrams per flow inside batches
+/// of 32, so each batch is split across both queues; every datagram arrives, each queue sent
+/// exactly its flow's share, and the pool is full again.
+#[test]
+fn bulk_from_producers_over_two_queues() {
+    const N: u64 = 50_000;
+    const PORT: u16 = 9403;
+    let Some(veth) = netns::veth_or_skip("bulk_from_producers_over_two_queues", 2) else {
+        return;
+    };
+    let progress = Arc::new(AtomicU64::new(0));
+    let receiver = spawn_udp_receiver(
+        &veth.b.ns,
+        SocketAddrV4::new(veth.b.ip, PORT),
+        N,
+        progress.clone(),
+    );
+    // reciprocal_scale onto 2 queues: the first hash picks queue 0, the second queue 1.
+    let flows = [
+        (flow(&veth, 40010, PORT), 0x1234_5678),
+        (flow(&veth, 40011, PORT), 0x8765_4321),
+    ];
+    let flow_of = |seq: u64| flows[((seq / 8) % 2) as usize];
+    let pool = pool();
+    let ifname = veth.a.ifname.clone();
+    let report = veth
+        .a
+        .ns
+        .run(|| {
+            let limit = FifoBuilder::pfifo().limit(FRAMES as u64);
+            let dev = XskDevice::open(
+                &ifname,
+                2,
+                &pool,
+                |_| limit.clone().build::<Skb>().unwrap(),
+                engine(),
+            )
+            .unwrap();
+            produce(dev, &pool, 2, N, 32, &flow_of, &progress)
+        })
+        .unwrap();
+    let got = receiver.join().unwrap();
+    assert_eq!(got.count, N, "lost {} datagrams", N - got.count);
+    assert!(got.seen.iter().all(|&s| s));
+    let st = &report.stats;
+    let sent: Vec<u64> = st.queues.iter().map(|q| q.driver.sent).collect();
+    assert_eq!(sent, [N / 2, N / 2], "each flow on its own queue");
+    assert_eq!(st.dropped(), 0);
+    assert_eq!(report.dropped_queued, 0);
     assert_pool_full(&pool);
 }

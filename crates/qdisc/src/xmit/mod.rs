@@ -14,6 +14,6 @@ mod worker;
 
 pub use config::{DEFAULT_QUOTA, Overflow, Strategy, TxQueueBuilder};
 pub use driver::{Driver, NullDriver, RecordingDriver, TxResult};
-pub use queue::TxQueue;
+pub use queue::{BulkVerdict, TxQueue};
 pub use stats::{LATENCY_SAMPLE_EVERY, XmitStats};
 pub use worker::TxWorker;

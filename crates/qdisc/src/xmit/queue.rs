@@ -70,6 +70,17 @@ impl<P: Packet, Q: Qdisc<P>> Root<P, Q> {
     }
 }
 
+/// What [`TxQueue::xmit_bulk`] did with a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BulkVerdict {
+    /// Packets handed on: to the defer list, the qdisc or the driver (a later stage may still
+    /// drop one; it is then counted in the queue's stats, as for [`Verdict::Success`]).
+    pub handed_on: usize,
+    /// Packets dropped here and now (burst limit, deactivated queue, or the qdisc's verdict
+    /// under the strategies that send one by one), each counted with its reason.
+    pub dropped: usize,
+}
+
 /// One transmit queue: producers call [`xmit`](TxQueue::xmit) from any number of threads; a
 /// qdisc orders the packets; one runner at a time hands them to the [`Driver`].
 ///
@@ -304,6 +315,72 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         v
     }
 
+    /// Transmits a batch of packets in order: the bulk form of [`xmit`](Self::xmit), for a
+    /// caller that holds several packets at once (an RX burst, a vector of frames), as DPDK's
+    /// `rte_eth_tx_burst` does and the kernel's `dev_queue_xmit` does not.
+    ///
+    /// With [`Strategy::DeferList`] a batch costs about what one packet does: when nobody runs
+    /// the queue and the qdisc is empty and takes the batch whole
+    /// ([`Qdisc::can_bypass_batch`], with `batch_bypass` on) it goes to the driver in one call
+    /// under the root lock; otherwise one CAS pushes it onto the defer list
+    /// ([`DeferList::push_batch`](llist_defer::DeferList::push_batch): counted by its length
+    /// against the burst limit, refused whole past it) and the first pusher drains as usual. A
+    /// batch refused under [`Overflow::Wait`] goes packet by packet, each waiting for room. The
+    /// other strategies send the packets one by one through `xmit`'s path, as the kernel would.
+    ///
+    /// The packets keep their order, among themselves and after this thread's earlier calls.
+    /// Allocation-free: the packets are linked through their own links.
+    ///
+    /// Returns how many packets were handed on and how many were dropped here and now (each
+    /// counted in [`stats`](Self::stats) with its reason); as with `xmit`, a packet handed on
+    /// may still be dropped by a later stage, and is then counted there.
+    ///
+    /// ```
+    /// use qdisc::{NullDriver, Pfifo, TestPacket, TxQueue};
+    ///
+    /// let txq = TxQueue::builder().build(Pfifo::new(), NullDriver::new())?;
+    /// let v = txq.xmit_bulk((0..64).map(|i| TestPacket::new(i, 100)));
+    /// assert_eq!((v.handed_on, v.dropped), (64, 0));
+    /// assert_eq!(txq.stats().sent, 64);
+    /// # Ok::<(), qdisc::ConfigError>(())
+    /// ```
+    pub fn xmit_bulk<I: IntoIterator<Item = P>>(&self, pkts: I) -> BulkVerdict {
+        let batch: Fifo<P> = pkts.into_iter().collect();
+        let n = batch.len();
+        let dropped = match &self.counters.latency {
+            Some(hist) if super::stats::sample_this_call() => {
+                let t0 = Stamp::now();
+                let d = self.xmit_bulk_inner(batch);
+                hist.record(t0.elapsed_ns());
+                d
+            }
+            _ => self.xmit_bulk_inner(batch),
+        };
+        BulkVerdict {
+            handed_on: n - dropped,
+            dropped,
+        }
+    }
+
+    /// Returns how many packets of `batch` were dropped here and now.
+    fn xmit_bulk_inner(&self, mut batch: Fifo<P>) -> usize {
+        let mut dropped = self.dropped();
+        let to_free = &mut dropped.list;
+        if batch.len() <= 1 || self.cfg.strategy != Strategy::DeferList {
+            let mut n = 0;
+            while let Some(p) = batch.pop_front() {
+                let v = match self.cfg.strategy {
+                    Strategy::DeferList => self.xmit_defer(p, to_free),
+                    Strategy::BusyLock => self.xmit_busylock(p, to_free),
+                    Strategy::NoLock | Strategy::NoLockNaive => self.xmit_nolock(p, to_free),
+                };
+                n += usize::from(matches!(v, Verdict::Dropped(_)));
+            }
+            return n;
+        }
+        self.xmit_defer_batch(batch, to_free)
+    }
+
     #[inline]
     fn xmit_inner(&self, pkt: P) -> Verdict {
         let mut dropped = self.dropped();
@@ -373,7 +450,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         if self.cfg.early_bypass && self.defer.is_empty() && !self.is_running() {
             if let Some(root) = self.root.try_lock() {
                 if root.can_bypass() && !self.is_running() {
-                    return self.bypass_locked(root, pkt, to_free);
+                    self.bypass_locked(root, Fifo::from_iter([pkt]), to_free);
+                    return Verdict::Success;
                 }
             }
         }
@@ -415,21 +493,80 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         }
     }
 
-    /// Sends `pkt` straight to the driver: the caller holds the root lock and saw the qdisc
-    /// empty and bypassable and the run role free. The role is not taken: nobody can take it
+    /// [`xmit_bulk`](Self::xmit_bulk)'s DeferList path for a batch of two or more; returns how
+    /// many of it were dropped here and now.
+    fn xmit_defer_batch(&self, batch: Fifo<P>, to_free: &mut ToFree<P>) -> usize {
+        let n = batch.len();
+        // The bypass before the push, for the whole batch (see `xmit_defer`).
+        if self.cfg.early_bypass && self.defer.is_empty() && !self.is_running() {
+            if let Some(root) = self.root.try_lock() {
+                if !self.is_running() && self.may_bypass(&root, &batch) {
+                    self.bypass_locked(root, batch, to_free);
+                    return 0;
+                }
+            }
+        }
+        match self.defer.push_batch(batch) {
+            Ok(Pushed::First) => {
+                if self.cfg.runner_absorbs
+                    && self.running.fetch_or(PENDING, Ordering::AcqRel) & RUNNING != 0
+                {
+                    return 0;
+                }
+                let root = self.lock_root();
+                match self.drain(root, to_free) {
+                    // The drain found the queue deactivated: our batch went with the rest.
+                    Verdict::Dropped(DropReason::Deactivated) => n,
+                    _ => 0,
+                }
+            }
+            Ok(Pushed::Queued { burst }) => {
+                if burst >= self.help_at {
+                    if let Some(root) = self.root.try_lock() {
+                        self.counters.helped_drains.add(1);
+                        self.drain(root, to_free);
+                    }
+                }
+                0
+            }
+            Err(rejected) => {
+                let mut batch = rejected.into_inner();
+                match self.cfg.overflow {
+                    Overflow::Drop => {
+                        while let Some(p) = batch.pop_front() {
+                            to_free.drop_packet(p, DropReason::QdiscBurst);
+                        }
+                        n
+                    }
+                    // One by one, each waiting for room as `xmit` does; order is kept.
+                    Overflow::Wait => {
+                        let mut d = 0;
+                        while let Some(p) = batch.pop_front() {
+                            let v = self.xmit_defer(p, to_free);
+                            d += usize::from(matches!(v, Verdict::Dropped(_)));
+                        }
+                        d
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `batch` straight to the driver: the caller holds the root lock and saw the qdisc
+    /// empty and bypassable (for the whole batch) and the run role free. The role is not taken: nobody can take it
     /// without the root lock, which we hold for the whole send, so the uncontended path costs
     /// one lock and one unlock, as a plain mutex does. A first pusher arriving meanwhile sees
-    /// the role free and queues on the root lock, then drains after us. A packet the driver
-    /// hands back is requeued and, unless the driver is stopped, sent by a normal run.
+    /// the role free and queues on the root lock, then drains after us. Packets the driver
+    /// hands back are requeued and, unless the driver is stopped, sent by a normal run.
     fn bypass_locked<'a>(
         &'a self,
         mut root: MutexGuard<'a, Root<P, Q>>,
-        pkt: P,
+        batch: Fifo<P>,
         to_free: &mut ToFree<P>,
-    ) -> Verdict {
-        // If the driver panics, the packet counts as a panic drop; there is no role to give
+    ) {
+        // If the driver panics, the packets count as panic drops; there is no role to give
         // back, and the root guard (dropped after this one) unlocks.
-        let mut role = RunRole::new(self, Fifo::from_iter([pkt]));
+        let mut role = RunRole::new(self, batch);
         role.held = false;
         #[cfg(lockless_loom)]
         self.bypassing.store(true, Ordering::Relaxed);
@@ -437,7 +574,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         #[cfg(lockless_loom)]
         self.bypassing.store(false, Ordering::Relaxed);
         if role.batch.is_empty() {
-            return Verdict::Success;
+            return;
         }
         self.counters
             .requeues
@@ -447,7 +584,6 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             self.run_begin_locked(&root);
             drop(self.run(root, Fifo::new(), to_free));
         }
-        Verdict::Success
     }
 
     /// `Overflow::Wait`: help if the root lock is free, else park until a drain resets the count.
