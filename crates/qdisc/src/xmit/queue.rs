@@ -558,6 +558,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// one lock and one unlock, as a plain mutex does. A first pusher arriving meanwhile sees
     /// the role free and queues on the root lock, then drains after us. Packets the driver
     /// hands back are requeued and, unless the driver is stopped, sent by a normal run.
+    #[inline(always)]
     fn bypass_locked<'a>(
         &'a self,
         mut root: MutexGuard<'a, Root<P, Q>>,
