@@ -123,12 +123,15 @@ pub struct NodeRef<'a, N: Node> {
 }
 
 impl<N: Node> NodeRef<'_, N> {
+    /// A view of the node whose link is `link`, for a container of nodes (this crate's, or one
+    /// written elsewhere over [`Node::into_link`]) to hand out from `peek` or `iter`.
+    ///
     /// # Safety
     ///
-    /// `link` is owned by a container that stays borrowed (shared) for `'a` and does not hand
-    /// the node out meanwhile.
+    /// `link` came from [`Node::into_link`] of `N`, is owned by a container that stays
+    /// borrowed (shared) for `'a`, and the container does not hand the node out meanwhile.
     #[inline]
-    pub(crate) unsafe fn new(link: NonNull<Link>) -> Self {
+    pub unsafe fn new(link: NonNull<Link>) -> Self {
         // SAFETY: per the `Node` contract a rebuilt handle that is never dropped is only a view;
         // the container keeps ownership and is borrowed for as long as this view lives.
         let node = ManuallyDrop::new(unsafe { N::from_link(link) });

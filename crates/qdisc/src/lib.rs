@@ -25,6 +25,8 @@ pub mod fq;
 mod pfifo;
 /// pfifo_fast, the default three-band qdisc.
 mod pfifo_fast;
+/// The array-backed FIFO under pfifo.
+mod ring;
 /// `tc -s qdisc show` formatting helpers.
 mod show;
 

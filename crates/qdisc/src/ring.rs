@@ -1,0 +1,179 @@
+//! [`Ring`]: the FIFO storage of pfifo, bfifo and pfifo_head_drop.
+//!
+//! A packet's queue position is a slot in a power-of-two array holding its link and its wire
+//! length, not a link through the packet itself. Queueing then writes only the ring, and
+//! dequeueing reads only the ring: the packets' memory is not touched in between, so a queue
+//! deeper than the cache costs what a `VecDeque` of pointers costs, instead of one cache miss
+//! per packet on the way out (an intrusive list must read each head packet to find the next).
+//! Keeping the length in the slot lets the qdisc keep its byte counters without reading the
+//! packet either.
+//!
+//! `head` and `tail` count up forever (a `u64` does not wrap in practice); a slot is
+//! `index & mask`. The array starts at a capacity chosen by the qdisc and doubles when a push
+//! finds it full, so it allocates only when the queue passes its longest length so far, never
+//! in steady state.
+
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+
+use llist_defer::{Link, NodeRef};
+
+use crate::packet::Packet;
+
+#[derive(Clone, Copy)]
+struct Slot {
+    link: *mut Link,
+    len: usize,
+}
+
+const EMPTY: Slot = Slot {
+    link: core::ptr::null_mut(),
+    len: 0,
+};
+
+/// An owning FIFO of packets in a growable ring of `(link, length)` slots.
+pub(crate) struct Ring<P: Packet> {
+    slots: Box<[Slot]>,
+    mask: u64,
+    head: u64,
+    tail: u64,
+    _owns: PhantomData<P>,
+}
+
+// SAFETY: the ring exclusively owns its packets, like a `VecDeque<P>`; the raw links are only
+// turned back into packets by the ring's owner.
+unsafe impl<P: Packet> Send for Ring<P> {}
+
+impl<P: Packet> Ring<P> {
+    /// An empty ring with room for `capacity` packets (rounded up to a power of two, at
+    /// least 2) before its first growth.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        let cap = capacity.max(2).next_power_of_two();
+        Ring {
+            slots: vec![EMPTY; cap].into_boxed_slice(),
+            mask: cap as u64 - 1,
+            head: 0,
+            tail: 0,
+            _owns: PhantomData,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        (self.tail - self.head) as usize
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tail == self.head
+    }
+
+    /// Queues `pkt`, whose wire length is `len`, at the back.
+    #[inline]
+    pub(crate) fn push_back(&mut self, pkt: P, len: usize) {
+        if self.len() == self.slots.len() {
+            self.grow();
+        }
+        let link = pkt.into_link().as_ptr();
+        self.slots[(self.tail & self.mask) as usize] = Slot { link, len };
+        self.tail += 1;
+    }
+
+    /// Takes the front packet and its wire length.
+    #[inline]
+    pub(crate) fn pop_front(&mut self) -> Option<(P, usize)> {
+        if self.is_empty() {
+            return None;
+        }
+        let slot = self.slots[(self.head & self.mask) as usize];
+        self.head += 1;
+        let link = NonNull::new(slot.link)?;
+        // SAFETY: the slot between head and tail holds a link from `into_link` that only this
+        // ring owns; moving `head` past it gives ownership back exactly once.
+        Some((unsafe { P::from_link(link) }, slot.len))
+    }
+
+    /// Packets ever taken from the front (dequeued or dropped from the queue).
+    #[inline]
+    pub(crate) fn popped(&self) -> u64 {
+        self.head
+    }
+
+    /// Hints the CPU to load the packet `ahead` places behind the front, so that whoever sends
+    /// it finds it in cache, if more than `min_len` packets are queued (a shorter queue's
+    /// packets are still in cache, and the hint would only cost). Only a hint.
+    #[inline]
+    pub(crate) fn prefetch(&self, ahead: u64, min_len: u64) {
+        if self.tail - self.head > ahead.max(min_len) {
+            let slot = self.slots[((self.head + ahead) & self.mask) as usize];
+            llist_defer::hint::prefetch(slot.link);
+        }
+    }
+
+    /// A view of the front packet.
+    #[inline]
+    pub(crate) fn front(&self) -> Option<NodeRef<'_, P>> {
+        if self.is_empty() {
+            return None;
+        }
+        let link = NonNull::new(self.slots[(self.head & self.mask) as usize].link)?;
+        // SAFETY: the ring owns the packet and stays borrowed while the view lives.
+        Some(unsafe { NodeRef::new(link) })
+    }
+
+    /// Doubles the array, keeping the order (the slots are re-laid from the new mask).
+    #[cold]
+    fn grow(&mut self) {
+        let cap = self.slots.len() * 2;
+        let mut slots = vec![EMPTY; cap].into_boxed_slice();
+        let mask = cap as u64 - 1;
+        for i in self.head..self.tail {
+            slots[(i & mask) as usize] = self.slots[(i & self.mask) as usize];
+        }
+        self.slots = slots;
+        self.mask = mask;
+    }
+}
+
+impl<P: Packet> Drop for Ring<P> {
+    fn drop(&mut self) {
+        while self.pop_front().is_some() {}
+    }
+}
+
+#[cfg(all(test, not(lockless_loom)))]
+mod tests {
+    use super::Ring;
+    use crate::TestPacket;
+
+    #[test]
+    fn grows_when_full_keeping_order_across_the_wrap() {
+        let mut r = Ring::with_capacity(4);
+        let (mut next_in, mut next_out) = (0u64, 0u64);
+        // Move head into the middle of the array so that the live slots wrap, then overfill.
+        for _ in 0..3 {
+            r.push_back(TestPacket::new(next_in, 60), 60);
+            next_in += 1;
+        }
+        for _ in 0..2 {
+            assert_eq!(r.pop_front().unwrap().0.id(), next_out);
+            next_out += 1;
+        }
+        for _ in 0..20 {
+            r.push_back(TestPacket::new(next_in, next_in as usize), next_in as usize);
+            next_in += 1;
+        }
+        assert_eq!(r.len(), 21);
+        assert_eq!(r.front().unwrap().id(), next_out);
+        while let Some((p, len)) = r.pop_front() {
+            assert_eq!(p.id(), next_out);
+            if next_out >= 3 {
+                assert_eq!(len, next_out as usize, "the length travels with its packet");
+            }
+            next_out += 1;
+        }
+        assert_eq!(next_out, next_in);
+        assert_eq!(r.popped(), next_in);
+        assert!(r.front().is_none());
+    }
+}
