@@ -72,6 +72,13 @@ struct Cli {
     #[arg(long, default_value_t = 5.0, value_parser = parse_duration)]
     duration: f64,
 
+    /// Packets per transmit call: 1 sends each with `TxQueue::xmit` (the kernel's
+    /// `dev_queue_xmit`); N hands bursts of N to `TxQueue::xmit_bulk` (one defer-list push or one
+    /// driver call per burst). With --compare the mutex peer then takes its lock once per burst;
+    /// SegQueue has no bulk push and pushes one by one.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    burst: u64,
+
     /// Defer list burst limit (the kernel's net.core.qdisc_max_burst).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     burst_limit: u64,
@@ -258,6 +265,7 @@ fn main() -> ExitCode {
             OverflowArg::Wait => Overflow::Wait,
         },
         latency_histogram: cli.compare.is_none(),
+        burst: cli.burst as usize,
     };
     let needs_frames = cli.veth || cli.driver != DriverSpec::Null;
     if needs_frames && cli.size < MIN_UDP_FRAME as u64 {
@@ -341,6 +349,9 @@ struct XskTarget(XskDev);
 impl Target for XskTarget {
     fn xmit(&self, skb: Skb) -> bool {
         !matches!(self.0.xmit(skb), Verdict::Dropped(_))
+    }
+    fn xmit_burst(&self, skbs: &mut Vec<Skb>) -> usize {
+        self.0.xmit_bulk(skbs.drain(..)).dropped
     }
     fn progress(&self) -> (u64, u64, u64) {
         let s = self.0.stats();
@@ -699,6 +710,7 @@ fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>) -> String {
     }
     field("strategy", format!("\"{}\"", w.contender.name()));
     field("qdisc", format!("\"{}\"", w.qdisc.name()));
+    field("burst", w.burst.to_string());
     field("offered", cell.offered.to_string());
     field("sent", cell.sent.to_string());
     field("dropped", cell.dropped.to_string());

@@ -127,6 +127,9 @@ pub struct Workload {
     pub overflow: Overflow,
     /// Keep the xmit latency histogram.
     pub latency_histogram: bool,
+    /// Packets per transmit call: 1 sends each with `xmit`; more hands bursts to
+    /// [`Target::xmit_burst`] (`TxQueue::xmit_bulk` for the engine).
+    pub burst: usize,
 }
 
 impl Default for Workload {
@@ -138,6 +141,7 @@ impl Default for Workload {
             duration: None,
             frames: 1000,
             size: 64,
+            burst: 1,
             flows: 1,
             rate_pps: None,
             qdisc: QdiscKind::Pfifo,
@@ -158,6 +162,7 @@ impl fmt::Debug for Workload {
             .field("producers", &self.producers)
             .field("qdisc", &self.qdisc)
             .field("size", &self.size)
+            .field("burst", &self.burst)
             .finish_non_exhaustive()
     }
 }
@@ -268,6 +273,11 @@ pub fn process_cpu_time() -> Duration {
 pub trait Target: Send + Sync + 'static {
     /// Transmits; `false` if the packet was dropped on the spot.
     fn xmit(&self, skb: Skb) -> bool;
+    /// Transmits a burst, leaving `skbs` empty; returns how many were dropped on the spot.
+    /// By default one by one through [`xmit`](Target::xmit).
+    fn xmit_burst(&self, skbs: &mut Vec<Skb>) -> usize {
+        skbs.drain(..).map(|s| usize::from(!self.xmit(s))).sum()
+    }
     /// Sent so far (packets, bytes) and dropped so far.
     fn progress(&self) -> (u64, u64, u64);
     /// Called by a producer that found no free frame: a chance to reap completions and kick.
@@ -280,6 +290,9 @@ impl Target for EngineQueue {
     #[inline]
     fn xmit(&self, skb: Skb) -> bool {
         !matches!(TxQueue::xmit(self, skb), Verdict::Dropped(_))
+    }
+    fn xmit_burst(&self, skbs: &mut Vec<Skb>) -> usize {
+        self.xmit_bulk(skbs.drain(..)).dropped
     }
     fn progress(&self) -> (u64, u64, u64) {
         let s = self.stats();
@@ -310,6 +323,19 @@ impl Target for MutexPeer {
         batch.extend(queue.drain(..));
         driver.xmit(batch, &mut ToFree::new());
         true
+    }
+    /// A burst under one lock: what a `Mutex<VecDeque>` user with a burst in hand would write.
+    fn xmit_burst(&self, skbs: &mut Vec<Skb>) -> usize {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let MutexInner {
+            queue,
+            driver,
+            batch,
+        } = &mut *g;
+        queue.extend(skbs.drain(..));
+        batch.extend(queue.drain(..));
+        driver.xmit(batch, &mut ToFree::new());
+        0
     }
     fn progress(&self) -> (u64, u64, u64) {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -480,6 +506,7 @@ pub fn drive<T: Target>(
                 size,
                 rate: w.rate_pps,
                 writer: w.writer.clone(),
+                burst: w.burst.max(1),
                 id: p as u64,
             };
             let target = target.clone();
@@ -542,6 +569,7 @@ struct Producer {
     size: usize,
     rate: Option<u64>,
     writer: Option<PacketWriter>,
+    burst: usize,
     id: u64,
 }
 
@@ -555,11 +583,23 @@ impl Producer {
             .map(|r| Duration::from_secs_f64(1.0 / r.max(1) as f64));
         let mut seq = 0u64;
         let mut unpublished = 0u64;
+        let mut burst: Vec<Skb> = Vec::with_capacity(self.burst);
         while self.quota.is_none_or(|q| seq < q) && !self.stop.load(Ordering::Relaxed) {
             if let Some(gap) = gap {
                 pace(t0 + gap.mul_f64(seq as f64), &self.stop);
             }
-            let Some(mut skb) = alloc(&mut handle, &self.stop, target) else {
+            let skb = match handle.alloc() {
+                Ok(skb) => Some(skb),
+                Err(_) => {
+                    // Send what this producer holds before waiting: frames held in partial
+                    // bursts by every producer could otherwise exhaust the pool for good.
+                    if !burst.is_empty() {
+                        target.xmit_burst(&mut burst);
+                    }
+                    alloc(&mut handle, &self.stop, target)
+                }
+            };
+            let Some(mut skb) = skb else {
                 break;
             };
             let flow = (seq % u64::from(self.flows)) as u32;
@@ -578,11 +618,21 @@ impl Producer {
             skb.set_flow_hash(flow.wrapping_mul(0x9e37_79b9) ^ self.id as u32);
             seq += 1;
             unpublished += 1;
-            target.xmit(skb);
+            if self.burst == 1 {
+                target.xmit(skb);
+            } else {
+                burst.push(skb);
+                if burst.len() == self.burst {
+                    target.xmit_burst(&mut burst);
+                }
+            }
             if unpublished == 1024 {
                 self.offered.fetch_add(unpublished, Ordering::Relaxed);
                 unpublished = 0;
             }
+        }
+        if !burst.is_empty() {
+            target.xmit_burst(&mut burst);
         }
         self.offered.fetch_add(unpublished, Ordering::Relaxed);
         handle.flush_frees();

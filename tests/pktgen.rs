@@ -134,6 +134,39 @@ fn compare_prints_one_json_cell_per_strategy_and_thread_count() {
     }
 }
 
+/// Bursts through `xmit_bulk` (and the peers' burst paths), with a pool so small that the
+/// producers' partial bursts together hold most of it: every cell sends and conserves.
+#[test]
+fn burst_runs_conserve_for_every_contender() {
+    let out = run(&[
+        "--compare",
+        "1,4",
+        "--burst",
+        "32",
+        "--frames",
+        "128",
+        "--duration",
+        "0.3",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 10, "{stdout}");
+    for l in stdout.lines() {
+        assert_eq!(field(l, "burst"), Some("32"), "{l}");
+        assert!(num(l, "sent") > 0.0, "nothing sent: {l}");
+        assert_eq!(
+            num(l, "offered"),
+            num(l, "sent") + num(l, "dropped") + num(l, "queued"),
+            "conservation: {l}"
+        );
+    }
+}
+
 #[test]
 fn bad_options_exit_2_with_a_one_line_error_naming_the_option() {
     for (args, option, accepted) in [
@@ -174,6 +207,7 @@ fn help_explains_every_option() {
         "--size",
         "--rate",
         "--duration",
+        "--burst",
         "--burst-limit",
         "--overflow",
         "--compare",
