@@ -15,3 +15,5 @@ pub use xsk_tx;
 
 /// The transmit workload behind the `xmit` bench and the `pktgen` example.
 pub mod harness;
+
+pub mod alloc_count;

@@ -10,13 +10,13 @@
 //! dropped by reason), every frame is back in the pool, and resident memory after warm-up grew
 //! by less than 1 %.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use llist_defer::Fifo;
+use lockless_xmit::alloc_count::{CountingAlloc, allocs, live_bytes};
 use qdisc::{
     Driver, DropReason, FqBuilder, Pfifo, PfifoFast, Qdisc, Strategy, ToFree, TxQueue, TxResult,
 };
@@ -24,35 +24,8 @@ use skb_pool::{Pool, PoolHandle, Skb};
 
 /// Counts live heap bytes, so a leak shows apart from allocator fragmentation in RSS, and
 /// allocation calls, so allocation churn after warm-up shows too.
-struct Counting;
-
-static LIVE: AtomicU64 = AtomicU64::new(0);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call forwards to `System` with the caller's arguments unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded as is; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
-        // SAFETY: forwarded as is; `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as u64, Ordering::Relaxed);
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
-        // SAFETY: forwarded as is; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 const PRODUCERS: usize = 16;
 const FLOWS: u32 = 1000;
@@ -271,7 +244,7 @@ fn soak() {
     // Reserved before the heap baseline (and never grown): the sampler's own bookkeeping must
     // neither grow the heap it measures nor read as a leak at the end (4 samples a second).
     let mut samples: Vec<(Duration, u64, u64)> = Vec::with_capacity(4 * secs() as usize + 8);
-    let heap_before = LIVE.load(Ordering::Relaxed);
+    let heap_before = live_bytes();
     let links: Vec<Arc<Link>> = (0..3).map(|_| Arc::new(Link::default())).collect();
     let mut h0 = pool.handle().unwrap();
     let queues: Arc<Vec<Txq>> = Arc::new(
@@ -390,12 +363,12 @@ fn soak() {
     let mut allocs_warm = None;
     while t0.elapsed() < duration {
         thread::sleep(Duration::from_millis(250).min(duration.saturating_sub(t0.elapsed())));
-        samples.push((t0.elapsed(), rss(), LIVE.load(Ordering::Relaxed)));
+        samples.push((t0.elapsed(), rss(), live_bytes()));
         if allocs_warm.is_none() && t0.elapsed() > warmup {
-            allocs_warm = Some((t0.elapsed(), ALLOCS.load(Ordering::Relaxed)));
+            allocs_warm = Some((t0.elapsed(), allocs()));
         }
     }
-    let allocs_end = (t0.elapsed(), ALLOCS.load(Ordering::Relaxed));
+    let allocs_end = (t0.elapsed(), allocs());
     let rss_warm = samples
         .iter()
         .filter(|(t, ..)| *t <= warmup)
@@ -453,7 +426,7 @@ fn soak() {
     drop(queues);
     drop(links);
     drop(offered);
-    let heap_after = LIVE.load(Ordering::Relaxed);
+    let heap_after = live_bytes();
     let ps = pool.stats();
     assert_eq!(ps.in_use, 0, "{ps:?}");
     assert_eq!(ps.free, FRAMES, "every frame back in the pool: {ps:?}");
