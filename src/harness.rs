@@ -284,9 +284,7 @@ pub trait Target: Send + Sync + 'static {
     fn poll(&self) {}
 }
 
-type EngineQueue = TxQueue<Skb, Box<dyn Qdisc<Skb>>, Box<dyn Driver<Skb>>>;
-
-impl Target for EngineQueue {
+impl<Q: Qdisc<Skb> + 'static, D: Driver<Skb> + 'static> Target for TxQueue<Skb, Q, D> {
     #[inline]
     fn xmit(&self, skb: Skb) -> bool {
         !matches!(TxQueue::xmit(self, skb), Verdict::Dropped(_))
@@ -379,6 +377,36 @@ pub fn build_pool(w: &Workload) -> Result<Pool, skb_pool::BuildError> {
         .build()
 }
 
+/// [`run`] for our engine over qdisc `Q` and driver `D`.
+fn run_engine<Q: Qdisc<Skb> + 'static, D: Driver<Skb> + 'static>(
+    w: &Workload,
+    strategy: Strategy,
+    pool: &Pool,
+    qdisc: Q,
+    driver: D,
+    on_tick: &mut dyn FnMut(&Tick),
+) -> Cell {
+    let txq = Arc::new(
+        TxQueue::builder()
+            .strategy(strategy)
+            .burst_limit(w.burst_limit)
+            .overflow(w.overflow)
+            .latency_histogram(w.latency_histogram)
+            .build(qdisc, driver)
+            .expect("valid engine settings"),
+    );
+    let mut cell = drive(w, pool, txq.clone(), on_tick, &|| {
+        while txq.poll() {}
+    });
+    let stats = txq.stats();
+    let merged = txq.qdisc_stats();
+    cell.queued = txq.backlog() as u64;
+    cell.qdisc_show = Some(txq.with_qdisc(|q| ShowQdisc(&*q, merged).to_string()));
+    cell.xmit = Some(stats);
+    cell.pool = Some(pool.stats());
+    cell
+}
+
 /// Runs one workload, calling `on_tick` about once a second, and returns what it measured.
 ///
 /// # Panics
@@ -388,31 +416,25 @@ pub fn build_pool(w: &Workload) -> Result<Pool, skb_pool::BuildError> {
 pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
     let pool = build_pool(w).expect("building the frame pool");
     match w.contender {
-        Contender::Engine(strategy) => {
-            let driver = match &w.driver {
-                Some(make) => make(),
-                None => Box::new(NullDriver::with_cost_ns(w.driver_ns)) as Box<dyn Driver<Skb>>,
-            };
-            let txq: Arc<EngineQueue> = Arc::new(
-                TxQueue::builder()
-                    .strategy(strategy)
-                    .burst_limit(w.burst_limit)
-                    .overflow(w.overflow)
-                    .latency_histogram(w.latency_histogram)
-                    .build(w.qdisc.build(), driver)
-                    .expect("valid engine settings"),
-            );
-            let mut cell = drive(w, &pool, txq.clone(), on_tick, &|| {
-                while txq.poll() {}
-            });
-            let stats = txq.stats();
-            let merged = txq.qdisc_stats();
-            cell.queued = txq.backlog() as u64;
-            cell.qdisc_show = Some(txq.with_qdisc(|q| ShowQdisc(&**q, merged).to_string()));
-            cell.xmit = Some(stats);
-            cell.pool = Some(pool.stats());
-            cell
-        }
+        Contender::Engine(strategy) => match (&w.driver, w.qdisc) {
+            // The headline configuration with concrete types, as the peers have them: no
+            // virtual call per packet into the qdisc or the driver.
+            (None, QdiscKind::Pfifo) => run_engine(
+                w,
+                strategy,
+                &pool,
+                Pfifo::new(),
+                NullDriver::with_cost_ns(w.driver_ns),
+                on_tick,
+            ),
+            (driver, kind) => {
+                let driver = match driver {
+                    Some(make) => make(),
+                    None => Box::new(NullDriver::with_cost_ns(w.driver_ns)) as Box<dyn Driver<Skb>>,
+                };
+                run_engine(w, strategy, &pool, kind.build(), driver, on_tick)
+            }
+        },
         Contender::Mutex => {
             let peer = Arc::new(MutexPeer {
                 inner: Mutex::new(MutexInner {
