@@ -4,6 +4,7 @@
 //! - [`LList`]: `llist_add_batch` / `llist_del_all` / `llist_reverse_order`, intrusive;
 //!   add reports whether the list was empty, take is one swap, there is no multi-consumer pop.
 //! - [`DeferList`]: the bounded version with the kernel's burst counting; the first pusher drains.
+//!   [`DeferList::push_batch`] pushes a whole burst with one CAS, counted by its length.
 //! - [`Chain`] and [`Fifo`]: detached chains (newest-first as taken, FIFO after reversal) that
 //!   qdiscs and drivers queue packets in without allocating.
 //! - [`Link`] and [`Node`]: the embedded link and the contract an owning handle implements;

@@ -1,7 +1,24 @@
 //! Packet schedulers with Linux semantics (pfifo, pfifo_fast, fq) and the transmit engine.
 //!
-//! The disciplines and the engine are being written; this module currently holds the shared
-//! traits.
+//! - The [`Qdisc`] trait (enqueue with the kernel's verdicts, dequeue, peek, reset, bypass,
+//!   stats, the next wake-up of a paced qdisc) and the [`Packet`] trait it asks of a packet.
+//! - [`Pfifo`] (also bfifo and pfifo_head_drop), [`PfifoFast`] and [`Fq`], each with a builder
+//!   that validates like `tc` and `Display` shaped like `tc -s qdisc show`.
+//! - [`TxQueue`]: the user-space `__dev_xmit_skb` in three [`Strategy`]s (the kernel's
+//!   busylock, the 6.19 defer list, a lockless qdisc run), over any [`Driver`];
+//!   [`TxQueue::xmit`] per packet and [`TxQueue::xmit_bulk`] per burst.
+//!
+//! ```
+//! use qdisc::{NullDriver, Pfifo, Strategy, TestPacket, TxQueue, Verdict};
+//!
+//! let txq = TxQueue::builder()
+//!     .strategy(Strategy::DeferList)
+//!     .build(Pfifo::<TestPacket>::new(), NullDriver::new())?;
+//! assert_eq!(txq.xmit(TestPacket::new(1, 1500)), Verdict::Success);
+//! assert_eq!(txq.xmit_bulk((2..10).map(|id| TestPacket::new(id, 1500))).handed_on, 8);
+//! assert_eq!(txq.stats().sent, 9);
+//! # Ok::<(), qdisc::ConfigError>(())
+//! ```
 
 /// What a qdisc needs of a packet, flow keys and drop reasons.
 mod packet;

@@ -156,7 +156,19 @@ impl FifoBuilder {
     }
 }
 
-/// pfifo / bfifo / pfifo_head_drop over an intrusive FIFO.
+/// pfifo / bfifo / pfifo_head_drop (`sch_fifo.c`).
+///
+/// - pfifo: at most `limit` packets (default `tx_queue_len`, 1000); a full queue drops the
+///   arriving packet.
+/// - bfifo: at most `limit` bytes of backlog (default 1000 × 1514).
+/// - pfifo_head_drop: a full queue drops the oldest packet, queues the new one and reports
+///   [`Verdict::Congested`].
+///
+/// Packets wait in a ring of `(link, length)` slots: queueing and dequeueing touch only the
+/// ring, never the packets, so a deep queue costs what a `VecDeque` of pointers does. The ring
+/// starts with room for `min(limit, 1024)` packets and doubles when a longer queue needs it, so
+/// it allocates only when the queue passes its longest length so far; a queue deeper than 1024
+/// prefetches the packet 32 places behind the front for whoever sends it.
 ///
 /// ```
 /// use qdisc::{DropReason, Pfifo, Qdisc, TestPacket, ToFree, Verdict};
