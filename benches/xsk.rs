@@ -200,6 +200,24 @@ impl Pipeline {
     }
 }
 
+impl Pipeline {
+    /// A frame from `h` with the datagram copied in, polling the device (completions come
+    /// home) while the pool is dry.
+    fn frame(&self, h: &mut PoolHandle) -> Skb {
+        let mut skb = loop {
+            match h.alloc() {
+                Ok(skb) => break skb,
+                Err(_) => {
+                    self.dev.poll();
+                }
+            }
+        };
+        skb.put_slice(&self.template).expect("frame fits");
+        skb.set_flow_hash(0x9e37_79b9);
+        skb
+    }
+}
+
 impl TxVariant for Pipeline {
     fn name(&self) -> &'static str {
         "pipeline"
@@ -207,17 +225,7 @@ impl TxVariant for Pipeline {
     fn send(&mut self, n: u64) {
         with_handle(&self.pool, |h| {
             for _ in 0..n {
-                let mut skb = loop {
-                    match h.alloc() {
-                        Ok(skb) => break skb,
-                        Err(_) => {
-                            self.dev.poll();
-                        }
-                    }
-                };
-                skb.put_slice(&self.template).expect("frame fits");
-                skb.set_flow_hash(0x9e37_79b9);
-                let v = self.dev.xmit(skb);
+                let v = self.dev.xmit(self.frame(h));
                 debug_assert_eq!(v, Verdict::Success);
             }
         });
@@ -240,29 +248,13 @@ impl TxVariant for PipelineBulk {
         "pipeline_bulk"
     }
     fn send(&mut self, n: u64) {
-        let Pipeline {
-            dev,
-            pool,
-            template,
-        } = &self.inner;
-        with_handle(pool, |h| {
+        let p = &self.inner;
+        with_handle(&p.pool, |h| {
             let mut sent = 0u64;
             while sent < n {
                 let k = (BATCH as u64).min(n - sent);
-                for _ in 0..k {
-                    let mut skb = loop {
-                        match h.alloc() {
-                            Ok(skb) => break skb,
-                            Err(_) => {
-                                dev.poll();
-                            }
-                        }
-                    };
-                    skb.put_slice(template).expect("frame fits");
-                    skb.set_flow_hash(0x9e37_79b9);
-                    self.burst.push(skb);
-                }
-                let v = dev.xmit_bulk(self.burst.drain(..));
+                self.burst.extend((0..k).map(|_| p.frame(h)));
+                let v = p.dev.xmit_bulk(self.burst.drain(..));
                 debug_assert_eq!(v.dropped, 0);
                 sent += k;
             }
