@@ -369,12 +369,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         if batch.len() <= 1 || self.cfg.strategy != Strategy::DeferList {
             let mut n = 0;
             while let Some(p) = batch.pop_front() {
-                let v = match self.cfg.strategy {
-                    Strategy::DeferList => self.xmit_defer(p, to_free),
-                    Strategy::BusyLock => self.xmit_busylock(p, to_free),
-                    Strategy::NoLock | Strategy::NoLockNaive => self.xmit_nolock(p, to_free),
-                };
-                n += usize::from(matches!(v, Verdict::Dropped(_)));
+                n += usize::from(matches!(self.xmit_one(p, to_free), Verdict::Dropped(_)));
             }
             return n;
         }
@@ -384,13 +379,18 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     #[inline]
     fn xmit_inner(&self, pkt: P) -> Verdict {
         let mut dropped = self.dropped();
-        let to_free = &mut dropped.list;
+        self.xmit_one(pkt, &mut dropped.list)
+        // `dropped` frees here, outside every lock (and on unwind, counted).
+    }
+
+    /// One packet through the configured strategy; drops go to `to_free`.
+    #[inline]
+    fn xmit_one(&self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
         match self.cfg.strategy {
             Strategy::DeferList => self.xmit_defer(pkt, to_free),
             Strategy::BusyLock => self.xmit_busylock(pkt, to_free),
             Strategy::NoLock | Strategy::NoLockNaive => self.xmit_nolock(pkt, to_free),
         }
-        // `dropped` frees here, outside every lock (and on unwind, counted).
     }
 
     fn dropped(&self) -> Dropped<'_, P, Q, D> {
