@@ -9,9 +9,10 @@
 
 use core::fmt;
 use core::ops::ControlFlow;
+use core::ptr::NonNull;
 
 use crate::fifo::Fifo;
-use crate::link::Node;
+use crate::link::{Link, Node};
 use crate::llist::{Chain, LList};
 use crate::sync::{AtomicUsize, Ordering};
 
@@ -179,15 +180,33 @@ impl<N: Node> DeferList<N> {
     #[inline]
     pub fn push(&self, item: N) -> Result<Pushed, Rejected<N>> {
         let link = item.into_link();
+        self.push_counted(link, link, 1).map_err(|burst| {
+            // SAFETY: a refused push never published the link; the node is still ours.
+            let item = unsafe { N::from_link(link) };
+            Rejected { item, burst }
+        })
+    }
+
+    /// The counted CAS shared by [`push`](Self::push) and [`push_batch`](Self::push_batch):
+    /// pushes the chain `newest ..= oldest` of `len` items. On refusal it returns the burst
+    /// count that passed the limit; the chain was not published and is still the caller's.
+    #[inline]
+    fn push_counted(
+        &self,
+        newest: NonNull<Link>,
+        oldest: NonNull<Link>,
+        len: usize,
+    ) -> Result<Pushed, usize> {
         let mut burst = 0;
         let limit = self.limit;
         let count = &self.count;
-        let pushed = self.list.push_chain(link, link, |head| {
-            // At most one increment per push, and only if this push saw the list non-empty;
-            // CAS retries never count again, even if the list emptied meanwhile.
+        let pushed = self.list.push_chain(newest, oldest, |head| {
+            // At most one increment per push (by its item count), and only if this push saw
+            // the list non-empty; CAS retries never count again, even if the list emptied
+            // meanwhile.
             if !head.is_null() && burst == 0 {
                 // Relaxed: the count is a heuristic bound, it orders nothing.
-                burst = count.fetch_add(1, Ordering::Relaxed) + 1;
+                burst = count.fetch_add(len, Ordering::Relaxed) + len;
                 if burst > limit {
                     return ControlFlow::Break(());
                 }
@@ -197,11 +216,7 @@ impl<N: Node> DeferList<N> {
         match pushed {
             Ok(true) => Ok(Pushed::First),
             Ok(false) => Ok(Pushed::Queued { burst }),
-            Err(()) => {
-                // SAFETY: a refused push never published the link; the node is still ours.
-                let item = unsafe { N::from_link(link) };
-                Err(Rejected { item, burst })
-            }
+            Err(()) => Err(burst),
         }
     }
 
@@ -237,35 +252,16 @@ impl<N: Node> DeferList<N> {
         let Some((newest, oldest, len)) = batch.into_raw_newest_first() else {
             return Ok(Pushed::Queued { burst: 0 });
         };
-        let mut burst = 0;
-        let limit = self.limit;
-        let count = &self.count;
-        let pushed = self.list.push_chain(newest, oldest, |head| {
-            // As in `push`: one increment per push (by the batch's length), only if this push
-            // saw the list non-empty, never again on a CAS retry.
-            if !head.is_null() && burst == 0 {
-                // Relaxed: the count is a heuristic bound, it orders nothing.
-                burst = count.fetch_add(len, Ordering::Relaxed) + len;
-                if burst > limit {
-                    return ControlFlow::Break(());
-                }
-            }
-            ControlFlow::Continue(())
-        });
-        match pushed {
-            Ok(true) => Ok(Pushed::First),
-            Ok(false) => Ok(Pushed::Queued { burst }),
-            Err(()) => {
-                // A refused push never published the chain: it is still ours, newest first.
-                // An earlier CAS attempt may have linked `oldest` to a head it saw; cut that.
-                // SAFETY: `oldest` is a node of that unpublished chain, so ours to write.
-                unsafe { oldest.as_ref() }.set_next(core::ptr::null_mut());
-                // SAFETY: the chain `newest ..= oldest` is ours alone (never published) and
-                // null-terminated; reversing it restores the batch's order.
-                let item = unsafe { Chain::from_raw(newest.as_ptr()) }.reverse();
-                Err(Rejected { item, burst })
-            }
-        }
+        self.push_counted(newest, oldest, len).map_err(|burst| {
+            // A refused push never published the chain: it is still ours, newest first.
+            // An earlier CAS attempt may have linked `oldest` to a head it saw; cut that.
+            // SAFETY: `oldest` is a node of that unpublished chain, so ours to write.
+            unsafe { oldest.as_ref() }.set_next(core::ptr::null_mut());
+            // SAFETY: the chain `newest ..= oldest` is ours alone (never published) and
+            // null-terminated; reversing it restores the batch's order.
+            let item = unsafe { Chain::from_raw(newest.as_ptr()) }.reverse();
+            Rejected { item, burst }
+        })
     }
 
     /// Detaches the whole batch, newest first, then resets the count (`llist_del_all` followed
