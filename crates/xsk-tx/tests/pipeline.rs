@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{big_rcvbuf, spawn_udp_receiver, write_payload};
-use qdisc::{FifoBuilder, Fq, Overflow, Pfifo, Qdisc, TxQueue, TxQueueBuilder, Verdict};
+use qdisc::{FifoBuilder, Fq, Overflow, Qdisc, TxQueue, TxQueueBuilder, Verdict};
 use skb_pool::{Pool, PoolHandle, Skb};
 use xsk_tx::netns::{self, VethPair};
 use xsk_tx::packet::UdpFlow;
@@ -127,6 +127,36 @@ fn produce<Q: Qdisc<Skb>>(
     dev.close()
 }
 
+/// Opens `queues` queues of the veth's end A, each with a pfifo of `FRAMES`, inside namespace
+/// A, and runs [`produce`] through them (2 producers); returns the close report.
+fn pfifo_producers(
+    veth: &VethPair,
+    queues: u32,
+    pool: &Pool,
+    n: u64,
+    batch: u64,
+    flow_of: &(dyn Fn(u64) -> (UdpFlow, u32) + Sync),
+    progress: &AtomicU64,
+) -> xsk_tx::CloseReport {
+    let ifname = veth.a.ifname.clone();
+    veth.a
+        .ns
+        .run(|| {
+            let limit = FifoBuilder::pfifo().limit(FRAMES as u64);
+            let dev = XskDevice::open(
+                &ifname,
+                queues,
+                pool,
+                |_| limit.clone().build::<Skb>().unwrap(),
+                engine(),
+            )
+            .unwrap();
+            assert_eq!(dev.mode(), XdpMode::Copy, "veth has no zero-copy");
+            produce(dev, pool, 2, n, batch, flow_of, progress)
+        })
+        .unwrap()
+}
+
 fn assert_pool_full(pool: &Pool) {
     let st = pool.stats();
     assert_eq!(
@@ -155,32 +185,8 @@ fn pool_pfifo_af_xdp_100k_from_producers() {
         (flow(&veth, 40001, PORT), 0x8765_4321),
     ];
     let pool = pool();
-    let ifname = veth.a.ifname.clone();
-    let report = veth
-        .a
-        .ns
-        .run(|| {
-            let limit = FifoBuilder::pfifo().limit(FRAMES as u64);
-            let dev = XskDevice::open(
-                &ifname,
-                1,
-                &pool,
-                |_| limit.clone().build::<Skb>().unwrap(),
-                engine(),
-            )
-            .unwrap();
-            assert_eq!(dev.mode(), XdpMode::Copy, "veth has no zero-copy");
-            produce(
-                dev,
-                &pool,
-                2,
-                N,
-                1,
-                &|seq| flows[(seq % flows.len() as u64) as usize],
-                &progress,
-            )
-        })
-        .unwrap();
+    let flow_of = |seq: u64| flows[(seq % flows.len() as u64) as usize];
+    let report = pfifo_producers(&veth, 1, &pool, N, 1, &flow_of, &progress);
     let got = receiver.join().unwrap();
     eprintln!("pfifo: {report:?}");
     assert_eq!(got.count, N, "lost {} datagrams", N - got.count);
@@ -324,35 +330,8 @@ fn device_spreads_flows_over_queues_by_hash() {
         })
         .collect();
     let pool = pool();
-    let ifname = veth.a.ifname.clone();
-    let report = veth
-        .a
-        .ns
-        .run(|| {
-            let dev = XskDevice::open(
-                &ifname,
-                Q,
-                &pool,
-                |_| {
-                    Pfifo::<Skb>::builder()
-                        .limit(FRAMES as u64)
-                        .build()
-                        .unwrap()
-                },
-                engine(),
-            )
-            .unwrap();
-            produce(
-                dev,
-                &pool,
-                2,
-                N,
-                1,
-                &|seq| flows[(seq % flows.len() as u64) as usize],
-                &progress,
-            )
-        })
-        .unwrap();
+    let flow_of = |seq: u64| flows[(seq % flows.len() as u64) as usize];
+    let report = pfifo_producers(&veth, Q, &pool, N, 1, &flow_of, &progress);
     let got = receiver.join().unwrap();
     assert_eq!(got.count, N, "lost {} datagrams", N - got.count);
     // The queue each packet should have taken: reciprocal_scale(hash, Q).
@@ -396,23 +375,7 @@ fn bulk_from_producers_over_two_queues() {
     ];
     let flow_of = |seq: u64| flows[((seq / 8) % 2) as usize];
     let pool = pool();
-    let ifname = veth.a.ifname.clone();
-    let report = veth
-        .a
-        .ns
-        .run(|| {
-            let limit = FifoBuilder::pfifo().limit(FRAMES as u64);
-            let dev = XskDevice::open(
-                &ifname,
-                2,
-                &pool,
-                |_| limit.clone().build::<Skb>().unwrap(),
-                engine(),
-            )
-            .unwrap();
-            produce(dev, &pool, 2, N, 32, &flow_of, &progress)
-        })
-        .unwrap();
+    let report = pfifo_producers(&veth, 2, &pool, N, 32, &flow_of, &progress);
     let got = receiver.join().unwrap();
     assert_eq!(got.count, N, "lost {} datagrams", N - got.count);
     assert!(got.seen.iter().all(|&s| s));
