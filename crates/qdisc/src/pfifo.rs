@@ -264,12 +264,8 @@ impl<P: Packet> Pfifo<P> {
     fn enqueue_slow(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
         let len = pkt.len();
         match self.kind {
-            FifoKind::Pfifo => {
-                if (self.queue.len() as u64) < self.limit {
-                    self.push(pkt, len);
-                    return Verdict::Success;
-                }
-            }
+            // Full: `enqueue` queues every pfifo packet that has room before calling here.
+            FifoKind::Pfifo => {}
             FifoKind::Bfifo => {
                 if self.backlog_bytes() + len as u64 <= self.limit {
                     self.push(pkt, len);
