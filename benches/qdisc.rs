@@ -196,14 +196,43 @@ fn step_vecdeque(flows: usize, read_len: bool) -> Step {
     })
 }
 
+/// The variants beyond the FIFO pair: pfifo_fast, fq on the real clock, fq on a manual clock.
+fn others(flows: usize) -> Vec<(&'static str, Step)> {
+    let mut v: Vec<(&'static str, Step)> = Vec::new();
+    let fast = PfifoFastBuilder::new()
+        .tx_queue_len(1 << 20)
+        .build()
+        .expect("valid");
+    v.push(("pfifo_fast", step_qdisc(flows, fast, false)));
+    let fq: qdisc::Fq<TestPacket> = FqBuilder::new()
+        .clock(Arc::new(MonotonicClock))
+        .limit(1 << 20)
+        .build()
+        .expect("valid");
+    v.push(("fq", step_qdisc(flows, fq, false)));
+    let fq: qdisc::Fq<TestPacket> = FqBuilder::new()
+        .clock(Arc::new(ManualClock::new(1)))
+        .limit(1 << 20)
+        .build()
+        .expect("valid");
+    v.push(("fq_manual_clock", step_qdisc(flows, fq, false)));
+    v
+}
+
 /// `QDISC_BENCH_ROUNDS=N cargo bench --bench qdisc`: instead of criterion, every variant of
 /// one flow count runs a short slice in turn, N rounds, so that load from other processes on a
 /// shared machine falls on all of them alike. Prints each variant's median and minimum ns per
 /// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque and
-/// pfifo_len/vecdeque_len.
+/// pfifo_len/vecdeque_len. `QDISC_BENCH_ONLY=fifo` runs just the FIFO pair, and
+/// `QDISC_BENCH_FLOWS=1,100` just those flow counts.
 fn interleaved(rounds: usize) {
+    let fifo_only = std::env::var("QDISC_BENCH_ONLY").is_ok_and(|v| v == "fifo");
+    let flow_counts: Vec<usize> = std::env::var("QDISC_BENCH_FLOWS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
+        .unwrap_or_else(|| FLOWS.to_vec());
     println!("flows variant median_ns min_ns");
-    for flows in FLOWS {
+    for flows in flow_counts {
         let mut variants: Vec<(&str, Step)> = vec![
             ("vecdeque", step_vecdeque(flows, false)),
             ("vecdeque_len", step_vecdeque(flows, true)),
@@ -211,23 +240,9 @@ fn interleaved(rounds: usize) {
         let pfifo = || FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
         variants.push(("pfifo", step_qdisc(flows, pfifo(), false)));
         variants.push(("pfifo_len", step_qdisc(flows, pfifo(), true)));
-        let fast = PfifoFastBuilder::new()
-            .tx_queue_len(1 << 20)
-            .build()
-            .expect("valid");
-        variants.push(("pfifo_fast", step_qdisc(flows, fast, false)));
-        let fq: qdisc::Fq<TestPacket> = FqBuilder::new()
-            .clock(Arc::new(MonotonicClock))
-            .limit(1 << 20)
-            .build()
-            .expect("valid");
-        variants.push(("fq", step_qdisc(flows, fq, false)));
-        let fq: qdisc::Fq<TestPacket> = FqBuilder::new()
-            .clock(Arc::new(ManualClock::new(1)))
-            .limit(1 << 20)
-            .build()
-            .expect("valid");
-        variants.push(("fq_manual_clock", step_qdisc(flows, fq, false)));
+        if !fifo_only {
+            variants.extend(others(flows));
+        }
         // Each slice cycles through every queued packet a few times (at least 200 000 steps).
         let n = (4 * flows.max(64)).max(200_000) as u64;
         for (_, step) in &mut variants {

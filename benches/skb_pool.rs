@@ -592,7 +592,7 @@ fn runner<S: Strategy>(s: S) -> (&'static str, Runner) {
 /// processes falls on all of them alike. Prints each strategy's median rate over the rounds
 /// (million buffers/s), our pool's CPU ns per buffer over all rounds, the medians of the
 /// in-round ratios of our pool to mimalloc and to the `ArrayQueue` pool, and the overflow
-/// share over all rounds.
+/// share over all rounds. `SKB_BENCH_ONLY=pipeline` (or `local`) runs one pattern.
 fn interleaved(rounds: usize) {
     let strategies = [
         runner(skb_pool()),
@@ -611,7 +611,11 @@ fn interleaved(rounds: usize) {
          | vs mimalloc | vs ArrayQueue | remote frees via overflow |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let only = std::env::var("SKB_BENCH_ONLY").ok();
     for pattern in ["pipeline", "local"] {
+        if only.as_deref().is_some_and(|o| o != pattern) {
+            continue;
+        }
         let slice = env_usize("SKB_BENCH_SLICE").unwrap_or(if pattern == "pipeline" {
             300_000
         } else {

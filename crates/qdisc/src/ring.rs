@@ -75,7 +75,7 @@ impl<P: Packet> Ring<P> {
             self.grow();
         }
         let link = pkt.into_link().as_ptr();
-        self.slots[(self.tail & self.mask) as usize] = Slot { link, len };
+        *self.slot_mut(self.tail) = Slot { link, len };
         self.tail += 1;
     }
 
@@ -85,12 +85,11 @@ impl<P: Packet> Ring<P> {
         if self.is_empty() {
             return None;
         }
-        let slot = self.slots[(self.head & self.mask) as usize];
+        let slot = *self.slot(self.head);
         self.head += 1;
-        let link = NonNull::new(slot.link)?;
-        // SAFETY: the slot between head and tail holds a link from `into_link` that only this
-        // ring owns; moving `head` past it gives ownership back exactly once.
-        Some((unsafe { P::from_link(link) }, slot.len))
+        // SAFETY: a slot between head and tail holds a non-null link from `into_link` that only
+        // this ring owns; moving `head` past it gives ownership back exactly once.
+        Some((unsafe { P::from_link(NonNull::new_unchecked(slot.link)) }, slot.len))
     }
 
     /// Packets ever taken from the front (dequeued or dropped from the queue).
@@ -105,8 +104,7 @@ impl<P: Packet> Ring<P> {
     #[inline]
     pub(crate) fn prefetch(&self, ahead: u64, min_len: u64) {
         if self.tail - self.head > ahead.max(min_len) {
-            let slot = self.slots[((self.head + ahead) & self.mask) as usize];
-            llist_defer::hint::prefetch(slot.link);
+            llist_defer::hint::prefetch(self.slot(self.head + ahead).link);
         }
     }
 
@@ -116,9 +114,25 @@ impl<P: Packet> Ring<P> {
         if self.is_empty() {
             return None;
         }
-        let link = NonNull::new(self.slots[(self.head & self.mask) as usize].link)?;
+        let link = NonNull::new(self.slot(self.head).link)?;
         // SAFETY: the ring owns the packet and stays borrowed while the view lives.
         Some(unsafe { NodeRef::new(link) })
+    }
+
+    /// The slot that position `pos` (a head or tail count) maps to.
+    #[inline(always)]
+    fn slot(&self, pos: u64) -> &Slot {
+        // SAFETY: `mask` is `slots.len() - 1` for a power-of-two length (set together in
+        // `with_capacity` and `grow`), so `pos & mask` is always in bounds. The hot loops of
+        // every FIFO qdisc run through here; the checked index cost two loads and a branch.
+        unsafe { self.slots.get_unchecked((pos & self.mask) as usize) }
+    }
+
+    /// [`slot`](Self::slot), writable.
+    #[inline(always)]
+    fn slot_mut(&mut self, pos: u64) -> &mut Slot {
+        // SAFETY: as in `slot`.
+        unsafe { self.slots.get_unchecked_mut((pos & self.mask) as usize) }
     }
 
     /// Doubles the array, keeping the order (the slots are re-laid from the new mask).
