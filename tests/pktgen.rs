@@ -136,19 +136,20 @@ fn compare_prints_one_json_cell_per_strategy_and_thread_count() {
 
 /// Bursts through `xmit_bulk` (and the peers' burst paths), with a pool so small that the
 /// producers' partial bursts together hold most of it: every cell sends and conserves.
-#[test]
-fn burst_runs_conserve_for_every_contender() {
-    let out = run(&[
+/// Runs `--compare 1,4` (or `counts`) on 128 frames with `extra` options and checks every
+/// cell: `key` reads `value`, something was sent, and offered = sent + dropped + queued.
+fn compare_conserves(counts: &str, extra: &[&str], key: &str, value: &str) {
+    let mut args = vec![
         "--compare",
-        "1,4",
-        "--burst",
-        "32",
+        counts,
         "--frames",
         "128",
         "--duration",
         "0.3",
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args);
     assert!(
         out.status.success(),
         "{}",
@@ -157,7 +158,7 @@ fn burst_runs_conserve_for_every_contender() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.lines().count(), 10, "{stdout}");
     for l in stdout.lines() {
-        assert_eq!(field(l, "burst"), Some("32"), "{l}");
+        assert_eq!(field(l, key), Some(value), "{l}");
         assert!(num(l, "sent") > 0.0, "nothing sent: {l}");
         assert_eq!(
             num(l, "offered"),
@@ -165,6 +166,19 @@ fn burst_runs_conserve_for_every_contender() {
             "conservation: {l}"
         );
     }
+}
+
+#[test]
+fn burst_runs_conserve_for_every_contender() {
+    compare_conserves("1,4", &["--burst", "32"], "burst", "32");
+}
+
+/// Producers out of frames sleep until one of theirs is freed: 8 of them on 128 frames park
+/// all the time, and a lost wake-up would stall a producer (each nap is 1 ms, so the run still
+/// ends) while a lost frame would break conservation.
+#[test]
+fn parked_producers_conserve_for_every_contender() {
+    compare_conserves("1,8", &["--park"], "park", "true");
 }
 
 #[test]

@@ -89,7 +89,10 @@ impl<P: Packet> Ring<P> {
         self.head += 1;
         // SAFETY: a slot between head and tail holds a non-null link from `into_link` that only
         // this ring owns; moving `head` past it gives ownership back exactly once.
-        Some((unsafe { P::from_link(NonNull::new_unchecked(slot.link)) }, slot.len))
+        Some((
+            unsafe { P::from_link(NonNull::new_unchecked(slot.link)) },
+            slot.len,
+        ))
     }
 
     /// Packets ever taken from the front (dequeued or dropped from the queue).

@@ -479,8 +479,10 @@ impl PoolHandle {
     /// owner's defer list (remote frees), the overflow list, the depot (handles that were
     /// dropped, caches that spilled) and vacant owners' defer lists — and pushes this handle's
     /// own outgoing free batches first, so two owners waiting on each other's frames do not
-    /// deadlock. Between attempts it yields the CPU. It takes no lock and parks on nothing, so
-    /// a frame freed by any thread, with or without a handle, ends the wait on the next attempt.
+    /// deadlock. Between attempts it parks the thread: a remote free to this owner (with or
+    /// without a handle) unparks it at once, so a waiting owner costs no CPU while another
+    /// thread holds its frames; frames that come back by the other ways are found within
+    /// [`WAIT_NAP`](Self::WAIT_NAP), the longest single park.
     ///
     /// ```
     /// use std::time::Duration;
@@ -518,12 +520,30 @@ impl PoolHandle {
             }
             // Our own unflushed frees may be what another waiting owner needs.
             self.flush_frees();
-            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            let now = std::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
                 return Err(PoolError::Exhausted);
             }
-            std::thread::yield_now();
+            let nap = deadline.map_or(Self::WAIT_NAP, |d| (d - now).min(Self::WAIT_NAP));
+            let slot = self.local().slot();
+            if slot.prepare_park() {
+                #[cfg(not(lockless_loom))]
+                std::thread::park_timeout(nap);
+                // loom has no timed park; its models always free what the owner waits for.
+                #[cfg(lockless_loom)]
+                {
+                    let _ = nap;
+                    loom::thread::park();
+                }
+                slot.end_park();
+            }
         }
     }
+
+    /// The longest [`alloc_wait`](Self::alloc_wait) parks before it looks again by itself: the
+    /// bound on how late it sees a frame that came back other than through its defer list (the
+    /// overflow list, the depot, a vacant owner's list).
+    pub const WAIT_NAP: std::time::Duration = std::time::Duration::from_millis(1);
 
     /// Frees many frames through this handle: local frees into the cache, remote ones into the
     /// outgoing batches (no thread-local lookup per frame).

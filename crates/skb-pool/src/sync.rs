@@ -15,11 +15,15 @@ pub(crate) use core::cell::UnsafeCell;
 pub(crate) use loom::sync::Mutex;
 #[cfg(lockless_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
+#[cfg(lockless_loom)]
+pub(crate) use loom::thread;
 
 #[cfg(not(lockless_loom))]
 pub(crate) use std::sync::Mutex;
 #[cfg(not(lockless_loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
+#[cfg(not(lockless_loom))]
+pub(crate) use std::thread;
 
 // The calling thread's registered owner handles (an intrusive list of their local states),
 // consulted when an [`Skb`](crate::Skb) is dropped to find this thread's handle for its pool.

@@ -190,3 +190,25 @@ fn duplicate_completions_race() {
         assert_all_back(&pool, &mut owner);
     });
 }
+
+/// An owner that has every frame out parks in `alloc_wait` (loom's park has no timeout), while
+/// another thread frees one of them: the free must wake it, in every interleaving of the
+/// owner's "announce, look again, park" with the freer's "add, look at the announcement". A
+/// lost wake leaves the owner parked forever, which loom reports as a deadlock.
+#[test]
+fn a_remote_free_wakes_an_owner_parked_for_frames() {
+    loom::model(|| {
+        let pool = pool();
+        let mut owner = pool.handle().unwrap();
+        let mut skbs: Vec<Skb> = (0..FRAMES).map(|_| owner.alloc().unwrap()).collect();
+        let one = skbs.pop().unwrap();
+        let t = thread::spawn(move || drop(one));
+        let got = owner
+            .alloc_wait(std::time::Duration::from_secs(3600))
+            .expect("woken with the freed frame");
+        t.join().unwrap();
+        drop(got);
+        drop(skbs);
+        assert_all_back(&pool, &mut owner);
+    });
+}
