@@ -184,7 +184,7 @@ fn bad_values_return_the_typed_error_and_change_nothing() {
         ("quantum", q.to_builder().quantum((1 << 20) + 1)),
         (
             "initial_quantum",
-            q.to_builder().initial_quantum((1 << 20) + 1),
+            q.to_builder().initial_quantum(i32::MAX as u32 + 1),
         ),
         ("rate_enable", q.to_builder().rate_enable(2)),
         ("buckets", q.to_builder().buckets_log(0)),

@@ -315,7 +315,7 @@ fn builder_validates_like_tc() {
         (FqBuilder::new().quantum(0), "quantum"),
         (FqBuilder::new().quantum((1 << 20) + 1), "quantum"),
         (
-            FqBuilder::new().initial_quantum((1 << 20) + 1),
+            FqBuilder::new().initial_quantum(i32::MAX as u32 + 1),
             "initial_quantum",
         ),
         (FqBuilder::new().buckets_log(0), "buckets"),
@@ -366,8 +366,17 @@ fn builder_validates_like_tc() {
     assert_eq!(ok.config().buckets_log, 18);
     assert_eq!(
         ok.config().quantum,
-        256,
-        "fq_change raises small quanta to 256"
+        100,
+        "fq_change keeps a small quantum as given (fq_codel raises it to 256, fq does not)"
+    );
+    let big = FqBuilder::new()
+        .initial_quantum(i32::MAX as u32)
+        .build::<TestPacket>()
+        .unwrap();
+    assert_eq!(
+        big.config().initial_quantum,
+        i32::MAX as u32,
+        "up to INT_MAX"
     );
     let d = FqBuilder::new()
         .psched_mtu(9014)

@@ -84,9 +84,17 @@ fn nolock_without_missed_strands_a_packet() {
             two_producers_nothing_stranded(TxQueue::builder().strategy(Strategy::NoLockNaive), 1)
         })
     });
+    let payload = result.expect_err("loom found no stranded packet in the naive NoLock protocol");
+    // And it failed for the right reason: a packet left in the qdisc after every producer
+    // returned, not some other assertion.
+    let msg = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
     assert!(
-        result.is_err(),
-        "loom found no stranded packet in the naive NoLock protocol"
+        msg.contains("a packet was left in the qdisc"),
+        "the naive NoLock model failed, but not by stranding a packet: {msg:?}"
     );
 }
 

@@ -16,8 +16,11 @@ pub const FQ_BANDS: usize = 3;
 pub const FQ_MIN_WEIGHT: u32 = 16384;
 /// Default band weights: 9·2^16, 3·2^16, 2^16 bytes per round.
 pub const FQ_DEFAULT_WEIGHTS: [u32; FQ_BANDS] = [589_824, 196_608, 65_536];
-/// Largest quantum and initial quantum, 1 MiB.
+/// Largest quantum, 1 MiB.
 pub const FQ_MAX_QUANTUM: u32 = 1 << 20;
+
+/// The largest `initial_quantum` `fq_change` accepts (`INT_MAX`).
+pub const FQ_MAX_INITIAL_QUANTUM: u32 = i32::MAX as u32;
 
 const US: u64 = 1_000;
 const MAX_US: u64 = u32::MAX as u64;
@@ -172,13 +175,15 @@ impl FqBuilder {
         self
     }
 
-    /// `quantum` in bytes, 1..=1 MiB; like `fq_change`, values below 256 are raised to 256.
+    /// `quantum` in bytes, 1..=1 MiB, kept as given (`fq_change`; it is fq_codel and fq_pie,
+    /// not fq, that raise small quanta to 256).
     pub fn quantum(mut self, bytes: u32) -> Self {
         self.quantum = Some(bytes);
         self
     }
 
-    /// `initial_quantum` in bytes, 0..=1 MiB.
+    /// `initial_quantum` in bytes, 0..=`i32::MAX` (`fq_policy`'s `NLA_POLICY_MAX(NLA_U32,
+    /// INT_MAX)`).
     pub fn initial_quantum(mut self, bytes: u32) -> Self {
         self.initial_quantum = Some(bytes);
         self
@@ -344,15 +349,15 @@ impl FqBuilder {
             Some(q) if q == 0 || q > FQ_MAX_QUANTUM => {
                 return Err(err("quantum", &q, "1..=1048576 (bytes)"));
             }
-            Some(q) => q.max(256),
-            None => (2 * mtu).clamp(256, FQ_MAX_QUANTUM),
+            Some(q) => q,
+            None => 2 * mtu,
         };
         let initial_quantum = match self.initial_quantum {
-            Some(q) if q > FQ_MAX_QUANTUM => {
-                return Err(err("initial_quantum", &q, "0..=1048576 (bytes)"));
+            Some(q) if q > FQ_MAX_INITIAL_QUANTUM => {
+                return Err(err("initial_quantum", &q, "0..=2147483647 (bytes)"));
             }
             Some(q) => q,
-            None => (10 * mtu).min(FQ_MAX_QUANTUM),
+            None => 10 * mtu,
         };
         if self.rate_enable > 1 {
             return Err(err("rate_enable", &self.rate_enable, "0 or 1"));

@@ -9,6 +9,16 @@
 //!   most one thread, the runner, which alone dequeues for and calls the driver;
 //! - the **defer list** takes pushes from anyone; only a thread holding the root lock drains it;
 //! - packets dropped anywhere are freed after every lock is released, counted by reason.
+//!
+//! Replacing the qdisc ([`TxQueue::replace_qdisc`], `tc qdisc replace`) needs no deferred
+//! reclamation. The kernel reads `txq->qdisc` on its fast path without the root lock, under
+//! RCU, so a replaced qdisc must outlive those readers. Here the qdisc is a value inside the
+//! root lock, not a shared pointer: every path that touches it (enqueue, dequeue, the bypass
+//! test, `with_qdisc`, `qdisc_stats`, `backlog`) holds the lock, and the one fact the lock-free
+//! paths need (may NoLock bypass?) is mirrored in an atomic, `bypass_ok`, rewritten under the
+//! lock at every replace or change. A replacement swaps the value under the lock, so no reader
+//! can hold the old one, and an epoch scheme (crossbeam-epoch) would have nothing to protect.
+//! The soak test replaces and deactivates qdiscs at random under 16 producers.
 
 use core::fmt;
 use core::marker::PhantomData;
