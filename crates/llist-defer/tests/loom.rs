@@ -94,56 +94,123 @@ fn llist_add_batch_races_add() {
 
 /// (2) The counting rule, with no drain in between: the first pusher never counts, every
 /// other push counts exactly once (CAS retries included), the counts handed out are 1..=k with
-/// no gaps or repeats, and a push is refused exactly when its count passed the limit.
+/// no gaps or repeats, and a push is refused exactly when its count passed the limit. At limit 1
+/// the second counted push is refused; at limit 2 both are accepted, so one of them can lose
+/// its CAS to the other and retry, which must not count it again (checked: a push that counts
+/// on every attempt fails this model).
 #[test]
 fn defer_list_counting_rule() {
+    loom::model(|| counting_rule(1));
+}
+
+/// (2), at limit 2: the CAS-retry case.
+#[test]
+fn defer_list_counting_rule_retry_counts_once() {
+    loom::model(|| counting_rule(2));
+}
+
+fn counting_rule(limit: usize) {
+    let list: Arc<DeferList<Item>> = Arc::new(DeferList::with_limit(limit).unwrap());
+    let threads: Vec<_> = (0..3)
+        .map(|p| {
+            let list = list.clone();
+            thread::spawn(move || match list.push(Boxed::new((p, 0))) {
+                Ok(Pushed::First) => (true, 0, false),
+                Ok(Pushed::Queued { burst }) => (false, burst, false),
+                Err(rejected) => (false, rejected.burst, true),
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let firsts = results.iter().filter(|r| r.0).count();
+    assert_eq!(
+        firsts, 1,
+        "exactly one pusher found the list empty: {results:?}"
+    );
+    let mut bursts: Vec<usize> = results.iter().filter(|r| !r.0).map(|r| r.1).collect();
+    bursts.sort_unstable();
+    assert_eq!(
+        bursts,
+        [1, 2],
+        "one increment per non-first push: {results:?}"
+    );
+    assert_eq!(
+        list.burst(),
+        2,
+        "no increment by the first pusher, none repeated"
+    );
+    for &(_, burst, refused) in &results {
+        assert_eq!(
+            refused,
+            burst > limit,
+            "refused iff over the limit: {results:?}"
+        );
+    }
+    let kept = list.take_all().count();
+    assert_eq!(
+        kept,
+        3 - results.iter().filter(|r| r.2).count(),
+        "refused items stay out"
+    );
+    assert_eq!(list.burst(), 0, "take_all resets the count");
+}
+
+/// (2b) The counting rule with a drain racing the pushes: two pushers at limit 1 while a third
+/// thread takes everything once, so a push's CAS can fail because the list was taken and retry
+/// on an empty list. Each push counts at most once (so the count never passes the number of
+/// pushes, and a `Queued` or `Rejected` push reports its one count), a push is refused exactly
+/// when its count passed the limit, and every item ends up taken once or handed back, never
+/// both. Loom also shows the kernel's own corner here (`__dev_xmit_skb` counts the same way): a
+/// push that saw the list non-empty and counted, then lost its CAS to the take and retried onto
+/// the emptied list, is `First` and keeps its count, which the take's reset may already have
+/// passed; the count then errs high until the next take, as the rustdoc's race note says.
+#[test]
+fn defer_list_counting_rule_with_a_racing_take() {
     loom::model(|| {
         const LIMIT: usize = 1;
         let list: Arc<DeferList<Item>> = Arc::new(DeferList::with_limit(LIMIT).unwrap());
-        let threads: Vec<_> = (0..3)
+        let pushers: Vec<_> = (0..2)
             .map(|p| {
                 let list = list.clone();
                 thread::spawn(move || match list.push(Boxed::new((p, 0))) {
-                    Ok(Pushed::First) => (true, 0, false),
-                    Ok(Pushed::Queued { burst }) => (false, burst, false),
-                    Err(rejected) => (false, rejected.burst, true),
+                    Ok(Pushed::First) => (p, true, 0, false),
+                    Ok(Pushed::Queued { burst }) => (p, false, burst, false),
+                    Err(rejected) => (p, false, rejected.burst, true),
                 })
             })
             .collect();
-        let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        let firsts = results.iter().filter(|r| r.0).count();
-        assert_eq!(
-            firsts, 1,
-            "exactly one pusher found the list empty: {results:?}"
-        );
-        let mut bursts: Vec<usize> = results.iter().filter(|r| !r.0).map(|r| r.1).collect();
-        bursts.sort_unstable();
-        assert_eq!(
-            bursts,
-            [1, 2],
-            "one increment per non-first push: {results:?}"
-        );
-        assert_eq!(
-            list.burst(),
-            2,
-            "no increment by the first pusher, none repeated"
-        );
+        let taker = {
+            let list = list.clone();
+            thread::spawn(move || -> Vec<(usize, usize)> {
+                list.take_all().map(Boxed::into_inner).collect()
+            })
+        };
+        let results: Vec<_> = pushers.into_iter().map(|t| t.join().unwrap()).collect();
+        let mut got = taker.join().unwrap();
+        let firsts = results.iter().filter(|r| r.1).count();
+        assert!(firsts >= 1, "some push found the list empty: {results:?}");
         assert!(
-            list.burst() <= LIMIT + 3,
-            "count bounded by limit + concurrent pushers"
+            list.burst() <= 2,
+            "a push counted twice: burst {} after {results:?}",
+            list.burst()
         );
-        for &(_, burst, refused) in &results {
+        for &(_, first, burst, refused) in &results {
+            if !first {
+                assert!(burst >= 1, "a counted push reports its count: {results:?}");
+            }
             assert_eq!(
                 refused,
                 burst > LIMIT,
                 "refused iff over the limit: {results:?}"
             );
         }
-        let kept = list.take_all().count();
+        got.extend(list.take_all().map(Boxed::into_inner));
+        let kept: Vec<usize> = results.iter().filter(|r| !r.3).map(|r| r.0).collect();
+        let mut got_ids: Vec<usize> = got.iter().map(|&(p, _)| p).collect();
+        got_ids.sort_unstable();
         assert_eq!(
-            kept,
-            3 - results.iter().filter(|r| r.2).count(),
-            "refused items stay out"
+            got_ids, kept,
+            "each accepted item taken once, refused ones never"
         );
         assert_eq!(list.burst(), 0, "take_all resets the count");
     });
