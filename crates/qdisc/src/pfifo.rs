@@ -167,7 +167,7 @@ impl FifoBuilder {
 /// Packets wait in a ring of `(link, length)` slots: queueing and dequeueing touch only the
 /// ring, never the packets, so a deep queue costs what a `VecDeque` of pointers does. The ring
 /// starts with room for `min(limit, 1024)` packets and doubles when a longer queue needs it, so
-/// it allocates only when the queue passes its longest length so far; a queue deeper than 1024
+/// it allocates only when the queue passes its longest length so far; a queue deeper than 16 Ki
 /// prefetches the packet 32 places behind the front for whoever sends it.
 ///
 /// ```
