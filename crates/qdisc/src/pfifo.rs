@@ -143,8 +143,10 @@ impl FifoBuilder {
         // Room before the first growth: the packet limit, or for bfifo the limit in bytes
         // (an upper bound on packets), capped so that a large limit costs nothing up front.
         let initial = limit.min(INITIAL_SLOTS) as usize;
+        let queue = Ring::with_capacity(initial);
         Ok(Pfifo {
-            queue: Ring::with_capacity(initial),
+            fast_room: fast_room(self.kind, limit, &queue),
+            queue,
             kind: self.kind,
             limit,
             can_bypass,
@@ -184,6 +186,10 @@ impl FifoBuilder {
 /// ```
 pub struct Pfifo<P: Packet> {
     queue: Ring<P>,
+    /// Below this queue length an arriving packet is queued without a further check: for a
+    /// pfifo the lesser of the limit and the ring's room, for the other kinds 0 (every packet
+    /// takes the slow path). One compare instead of the kind, the limit and the room.
+    fast_room: u64,
     kind: FifoKind,
     limit: u64,
     can_bypass: bool,
@@ -195,6 +201,14 @@ pub struct Pfifo<P: Packet> {
     removed_bytes: u64,
     /// `bytes` and `drops`; `packets`, `backlog` and `qlen` are derived in `stats()`.
     stats: QdiscStats,
+}
+
+/// [`Pfifo::fast_room`] for a queue of `kind` with `limit` over `queue`.
+fn fast_room<P: Packet>(kind: FifoKind, limit: u64, queue: &Ring<P>) -> u64 {
+    match kind {
+        FifoKind::Pfifo => limit.min(queue.capacity() as u64),
+        FifoKind::Bfifo | FifoKind::PfifoHeadDrop => 0,
+    }
 }
 
 /// The ring's room before its first growth, at most.
@@ -266,8 +280,15 @@ impl<P: Packet> Pfifo<P> {
     fn enqueue_slow(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
         let len = pkt.len();
         match self.kind {
-            // Full: `enqueue` queues every pfifo packet that has room before calling here.
-            FifoKind::Pfifo => {}
+            // `enqueue` queued every pfifo packet below `fast_room`: here the queue is full,
+            // or the ring is and must grow first.
+            FifoKind::Pfifo => {
+                if (self.queue.len() as u64) < self.limit {
+                    self.push(pkt, len);
+                    self.fast_room = fast_room(self.kind, self.limit, &self.queue);
+                    return Verdict::Success;
+                }
+            }
             FifoKind::Bfifo => {
                 if self.backlog_bytes() + len as u64 <= self.limit {
                     self.push(pkt, len);
@@ -315,10 +336,11 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
 
     #[inline(always)]
     fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
-        // The common case inline: a pfifo with room.
-        if self.kind == FifoKind::Pfifo && (self.queue.len() as u64) < self.limit {
+        // The common case inline: a pfifo under its limit with room in the ring.
+        if (self.queue.len() as u64) < self.fast_room {
             let len = pkt.len();
-            self.push(pkt, len);
+            self.bytes_in += len as u64;
+            self.queue.push_back_with_room(pkt, len);
             return Verdict::Success;
         }
         self.enqueue_slow(pkt, to_free)

@@ -68,12 +68,30 @@ impl<P: Packet> Ring<P> {
         self.tail == self.head
     }
 
+    /// Slots before the next growth.
+    #[inline]
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Queues `pkt`, whose wire length is `len`, at the back.
     #[inline]
     pub(crate) fn push_back(&mut self, pkt: P, len: usize) {
         if self.len() == self.slots.len() {
             self.grow();
         }
+        self.push_back_with_room(pkt, len);
+    }
+
+    /// [`push_back`](Self::push_back) for a caller that knows the ring is not full (its length
+    /// is below [`capacity`](Self::capacity)). On a full ring it would overwrite the front
+    /// packet's slot and leak that packet, so debug builds check.
+    #[inline]
+    pub(crate) fn push_back_with_room(&mut self, pkt: P, len: usize) {
+        debug_assert!(
+            self.len() < self.slots.len(),
+            "push_back_with_room on a full ring"
+        );
         let link = pkt.into_link().as_ptr();
         *self.slot_mut(self.tail) = Slot { link, len };
         self.tail += 1;

@@ -20,6 +20,41 @@ fn pfifo_defaults_to_tx_queue_len() {
     assert_eq!(q.limit(), 7);
 }
 
+/// A limit above the ring's first room (1024 slots): the queue grows twice on the way to 3000
+/// packets with the head moved into the middle of the ring, keeps its order and its counters,
+/// and still tail-drops exactly at the limit.
+#[test]
+fn pfifo_grows_past_its_first_room_and_drops_at_the_limit() {
+    const LIMIT: u64 = 3000;
+    let mut q: Pfifo<TestPacket> = FifoBuilder::pfifo().limit(LIMIT).build().unwrap();
+    let mut tf = ToFree::new();
+    // Move the head off slot 0 first, so the growth must unwrap a wrapped ring.
+    for i in 0..700 {
+        assert_eq!(q.enqueue(TestPacket::new(i, 60), &mut tf), Verdict::Success);
+    }
+    let front: Vec<u64> = (0..500).map(|_| q.dequeue().unwrap().id()).collect();
+    assert_eq!(front, (0..500).collect::<Vec<_>>());
+    let mut next = 700;
+    while (q.len() as u64) < LIMIT {
+        assert_eq!(
+            q.enqueue(TestPacket::new(next, 60), &mut tf),
+            Verdict::Success
+        );
+        next += 1;
+    }
+    assert_eq!(
+        q.enqueue(TestPacket::new(next, 60), &mut tf),
+        Verdict::Dropped(DropReason::QdiscOverlimit),
+        "full at the limit"
+    );
+    assert_eq!(q.backlog(), LIMIT * 60);
+    assert_eq!(ids(&mut q), (500..next).collect::<Vec<_>>());
+    assert_eq!(
+        (q.stats().drops, tf.count(DropReason::QdiscOverlimit)),
+        (1, 1)
+    );
+}
+
 #[test]
 fn pfifo_tail_drops_the_arrival() {
     let mut q: Pfifo<TestPacket> = FifoBuilder::pfifo().limit(3).build().unwrap();
