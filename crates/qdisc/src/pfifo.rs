@@ -11,10 +11,12 @@
 //! packet (pfifo: limit ≥ 1; bfifo: limit ≥ `psched_mtu`), as `fifo_init` sets
 //! `TCQ_F_CAN_BYPASS`.
 //!
-//! Packets wait in a ring of `(link, length)` slots (see `ring.rs`): queueing and dequeueing
-//! touch only the ring, never the packets, so a deep queue costs what a `VecDeque` of pointers
-//! does. The ring starts with room for `min(limit, 1024)` packets and doubles when a longer
-//! queue needs it: it allocates only when the queue passes its longest length so far.
+//! Packets wait in a ring of link slots (see `ring.rs`), not in a list through the packets: a
+//! dequeue finds the next packet in the ring, so a deep queue costs what a `VecDeque` of
+//! pointers does plus one read of each packet's length (for the byte counters), which its
+//! sender makes anyway. The ring starts with room for `min(limit, 1024)` packets and doubles
+//! when a longer queue needs it: it allocates only when the queue passes its longest length so
+//! far.
 
 use core::fmt;
 
@@ -166,9 +168,8 @@ impl FifoBuilder {
 /// - pfifo_head_drop: a full queue drops the oldest packet, queues the new one and reports
 ///   [`Verdict::Congested`].
 ///
-/// Packets wait in a ring of `(link, length)` slots: queueing and dequeueing touch only the
-/// ring, never the packets, so a deep queue costs what a `VecDeque` of pointers does. The ring
-/// starts with room for `min(limit, 1024)` packets and doubles when a longer queue needs it, so
+/// Packets wait in a ring of link slots, so a deep queue costs what a `VecDeque` of pointers
+/// does plus the read of each packet's length, on the way in and out. The ring starts with room for `min(limit, 1024)` packets and doubles when a longer queue needs it, so
 /// it allocates only when the queue passes its longest length so far; a queue deeper than 16 Ki
 /// prefetches the packet 32 places behind the front for whoever sends it.
 ///
@@ -266,7 +267,7 @@ impl<P: Packet> Pfifo<P> {
     #[inline]
     fn push(&mut self, pkt: P, len: usize) {
         self.bytes_in += len as u64;
-        self.queue.push_back(pkt, len);
+        self.queue.push_back(pkt);
     }
 
     /// Bytes queued now.
@@ -315,9 +316,9 @@ impl<P: Packet> Pfifo<P> {
 
     /// Takes the oldest packet out as a drop (head drop, reset).
     fn remove_front(&mut self) -> Option<P> {
-        let (pkt, len) = self.queue.pop_front()?;
+        let pkt = self.queue.pop_front()?;
         self.removed_pkts += 1;
-        self.removed_bytes += len as u64;
+        self.removed_bytes += pkt.len() as u64;
         self.stats.drops += 1;
         Some(pkt)
     }
@@ -340,7 +341,7 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
         if (self.queue.len() as u64) < self.fast_room {
             let len = pkt.len();
             self.bytes_in += len as u64;
-            self.queue.push_back_with_room(pkt, len);
+            self.queue.push_back_with_room(pkt);
             return Verdict::Success;
         }
         self.enqueue_slow(pkt, to_free)
@@ -348,11 +349,11 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
 
     #[inline]
     fn dequeue(&mut self) -> Option<P> {
-        let (pkt, len) = self.queue.pop_front()?;
-        // Whoever sends a packet reads it: in a queue deeper than the cache, start loading one
-        // further back now, so that its sender does not stall on it.
+        let pkt = self.queue.pop_front()?;
+        // Whoever sends a packet reads it, and so do we, for the byte counter: in a queue
+        // deeper than the cache, start loading one further back now, so that neither stalls.
         self.queue.prefetch(PREFETCH_AHEAD, PREFETCH_MIN_LEN);
-        self.stats.bytes += len as u64;
+        self.stats.bytes += pkt.len() as u64;
         Some(pkt)
     }
 

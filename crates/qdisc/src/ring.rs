@@ -1,12 +1,13 @@
 //! [`Ring`]: the FIFO storage of pfifo, bfifo and pfifo_head_drop.
 //!
-//! A packet's queue position is a slot in a power-of-two array holding its link and its wire
-//! length, not a link through the packet itself. Queueing then writes only the ring, and
-//! dequeueing reads only the ring: the packets' memory is not touched in between, so a queue
-//! deeper than the cache costs what a `VecDeque` of pointers costs, instead of one cache miss
-//! per packet on the way out (an intrusive list must read each head packet to find the next).
-//! Keeping the length in the slot lets the qdisc keep its byte counters without reading the
-//! packet either.
+//! A packet's queue position is a slot in a power-of-two array holding its link, not a link
+//! through the packet itself. Queueing writes only the ring, and a dequeue finds the next packet
+//! in the ring, not in the packet before it: a queue deeper than the cache costs what a
+//! `VecDeque` of pointers costs plus the read of each packet that its sender makes anyway,
+//! instead of a dependent cache miss per packet (an intrusive list must read each head packet
+//! to find the next). The slots are one pointer wide: a slot that also carried the length would
+//! spare the dequeue that read but double the ring, and measured (pfifo against `VecDeque` at
+//! 10 000 and 100 000 queued packets) the wider ring cost more than the read it saved.
 //!
 //! `head` and `tail` count up forever (a `u64` does not wrap in practice); a slot is
 //! `index & mask`. The array starts at a capacity chosen by the qdisc and doubles when a push
@@ -20,18 +21,17 @@ use llist_defer::{Link, NodeRef};
 
 use crate::packet::Packet;
 
+/// One queue position: the packet's link.
 #[derive(Clone, Copy)]
 struct Slot {
     link: *mut Link,
-    len: usize,
 }
 
 const EMPTY: Slot = Slot {
     link: core::ptr::null_mut(),
-    len: 0,
 };
 
-/// An owning FIFO of packets in a growable ring of `(link, length)` slots.
+/// An owning FIFO of packets in a growable ring of link slots.
 pub(crate) struct Ring<P: Packet> {
     slots: Box<[Slot]>,
     mask: u64,
@@ -74,32 +74,32 @@ impl<P: Packet> Ring<P> {
         self.slots.len()
     }
 
-    /// Queues `pkt`, whose wire length is `len`, at the back.
+    /// Queues `pkt` at the back.
     #[inline]
-    pub(crate) fn push_back(&mut self, pkt: P, len: usize) {
+    pub(crate) fn push_back(&mut self, pkt: P) {
         if self.len() == self.slots.len() {
             self.grow();
         }
-        self.push_back_with_room(pkt, len);
+        self.push_back_with_room(pkt);
     }
 
     /// [`push_back`](Self::push_back) for a caller that knows the ring is not full (its length
     /// is below [`capacity`](Self::capacity)). On a full ring it would overwrite the front
     /// packet's slot and leak that packet, so debug builds check.
     #[inline]
-    pub(crate) fn push_back_with_room(&mut self, pkt: P, len: usize) {
+    pub(crate) fn push_back_with_room(&mut self, pkt: P) {
         debug_assert!(
             self.len() < self.slots.len(),
             "push_back_with_room on a full ring"
         );
         let link = pkt.into_link().as_ptr();
-        *self.slot_mut(self.tail) = Slot { link, len };
+        *self.slot_mut(self.tail) = Slot { link };
         self.tail += 1;
     }
 
-    /// Takes the front packet and its wire length.
+    /// Takes the front packet.
     #[inline]
-    pub(crate) fn pop_front(&mut self) -> Option<(P, usize)> {
+    pub(crate) fn pop_front(&mut self) -> Option<P> {
         if self.is_empty() {
             return None;
         }
@@ -107,10 +107,7 @@ impl<P: Packet> Ring<P> {
         self.head += 1;
         // SAFETY: a slot between head and tail holds a non-null link from `into_link` that only
         // this ring owns; moving `head` past it gives ownership back exactly once.
-        Some((
-            unsafe { P::from_link(NonNull::new_unchecked(slot.link)) },
-            slot.len,
-        ))
+        Some(unsafe { P::from_link(NonNull::new_unchecked(slot.link)) })
     }
 
     /// Packets ever taken from the front (dequeued or dropped from the queue).
@@ -179,7 +176,7 @@ impl<P: Packet> Drop for Ring<P> {
 #[cfg(all(test, not(lockless_loom)))]
 mod tests {
     use super::Ring;
-    use crate::TestPacket;
+    use crate::{Packet, TestPacket};
 
     #[test]
     fn grows_when_full_keeping_order_across_the_wrap() {
@@ -187,23 +184,23 @@ mod tests {
         let (mut next_in, mut next_out) = (0u64, 0u64);
         // Move head into the middle of the array so that the live slots wrap, then overfill.
         for _ in 0..3 {
-            r.push_back(TestPacket::new(next_in, 60), 60);
+            r.push_back(TestPacket::new(next_in, 60));
             next_in += 1;
         }
         for _ in 0..2 {
-            assert_eq!(r.pop_front().unwrap().0.id(), next_out);
+            assert_eq!(r.pop_front().unwrap().id(), next_out);
             next_out += 1;
         }
         for _ in 0..20 {
-            r.push_back(TestPacket::new(next_in, next_in as usize), next_in as usize);
+            r.push_back(TestPacket::new(next_in, next_in as usize));
             next_in += 1;
         }
         assert_eq!(r.len(), 21);
         assert_eq!(r.front().unwrap().id(), next_out);
-        while let Some((p, len)) = r.pop_front() {
+        while let Some(p) = r.pop_front() {
             assert_eq!(p.id(), next_out);
             if next_out >= 3 {
-                assert_eq!(len, next_out as usize, "the length travels with its packet");
+                assert_eq!(p.len(), next_out as usize, "each packet comes out whole");
             }
             next_out += 1;
         }
