@@ -44,7 +44,9 @@ impl FlowKey {
 /// What a qdisc needs of a packet. The packet is an owning handle with an intrusive link
 /// ([`Node`]), so queueing it allocates nothing.
 pub trait Packet: Node + Send {
-    /// Length in bytes as sent on the wire (`qdisc_pkt_len`).
+    /// Length in bytes as sent on the wire (`qdisc_pkt_len`). It must not change while the
+    /// packet is queued: qdiscs read it on the way in and again on the way out to keep their
+    /// byte counters.
     fn len(&self) -> usize;
     /// Whether the packet has no bytes.
     fn is_empty(&self) -> bool {

@@ -169,8 +169,9 @@ impl FifoBuilder {
 ///   [`Verdict::Congested`].
 ///
 /// Packets wait in a ring of link slots, so a deep queue costs what a `VecDeque` of pointers
-/// does plus the read of each packet's length, on the way in and out. The ring starts with room for `min(limit, 1024)` packets and doubles when a longer queue needs it, so
-/// it allocates only when the queue passes its longest length so far; a queue deeper than 16 Ki
+/// does plus the read of each packet's length, on the way in and out. The ring starts with
+/// room for `min(limit, 1024)` packets and doubles when a longer queue needs it, so it
+/// allocates only when the queue passes its longest length so far; a queue deeper than 16 Ki
 /// prefetches the packet 32 places behind the front for whoever sends it.
 ///
 /// ```
@@ -341,7 +342,9 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
         if (self.queue.len() as u64) < self.fast_room {
             let len = pkt.len();
             self.bytes_in += len as u64;
-            self.queue.push_back_with_room(pkt);
+            // SAFETY: the length is below `fast_room`, which never exceeds the ring's capacity
+            // (set from it at build and after each growth; nothing shrinks the ring).
+            unsafe { self.queue.push_back_with_room(pkt) };
             return Verdict::Success;
         }
         self.enqueue_slow(pkt, to_free)

@@ -276,6 +276,22 @@ fn to_builder_round_trips_the_options() {
     assert_eq!(q.config().limit, 10_000);
 }
 
+/// A device MTU so large that 2 x MTU passes quantum's 1 MiB bound: the default quantum stops
+/// at the bound, so the options in force still validate when a change carries them all.
+#[test]
+fn a_huge_mtu_keeps_the_default_quantum_within_its_bound() {
+    let c = clock();
+    let mut q: TestFq = fq_builder(&c).psched_mtu(600_000).build().unwrap();
+    assert_eq!(q.config().quantum, 1 << 20);
+    assert_eq!(
+        q.config().initial_quantum,
+        6_000_000,
+        "10 x MTU, under INT_MAX"
+    );
+    change(&mut q, |b| b.limit(20));
+    assert_eq!(q.config().limit, 20);
+}
+
 /// Every flow's packets, in the order the qdisc sends them, by flow.
 fn per_flow(out: &[TestPacket]) -> HashMap<FlowKey, Vec<u64>> {
     let mut m: HashMap<FlowKey, Vec<u64>> = HashMap::new();

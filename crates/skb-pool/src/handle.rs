@@ -479,10 +479,12 @@ impl PoolHandle {
     /// owner's defer list (remote frees), the overflow list, the depot (handles that were
     /// dropped, caches that spilled) and vacant owners' defer lists — and pushes this handle's
     /// own outgoing free batches first, so two owners waiting on each other's frames do not
-    /// deadlock. Between attempts it parks the thread: a remote free to this owner (with or
-    /// without a handle) unparks it at once, so a waiting owner costs no CPU while another
-    /// thread holds its frames; frames that come back by the other ways are found within
-    /// [`WAIT_NAP`](Self::WAIT_NAP), the longest single park.
+    /// deadlock. Between attempts it parks the thread, so a waiting owner costs no CPU while
+    /// other threads hold its frames: a remote free unparks it as soon as the frame reaches its
+    /// defer list (at once for a thread without a handle; for one with a handle, when its batch
+    /// for this owner is pushed: full, flushed, or with the handle's drop). Frames that come
+    /// back by the other ways are found within [`WAIT_NAP`](Self::WAIT_NAP), the longest
+    /// single park.
     ///
     /// ```
     /// use std::time::Duration;

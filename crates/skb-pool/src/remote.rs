@@ -248,6 +248,7 @@ impl fmt::Debug for OwnerSlot {
             .field("claimed", &self.is_claimed())
             .field("count", &self.count())
             .field("pending", &self.is_pending())
+            .field("parked", &self.parked.load(Ordering::Relaxed))
             .finish()
     }
 }

@@ -350,7 +350,9 @@ impl FqBuilder {
                 return Err(err("quantum", &q, "1..=1048576 (bytes)"));
             }
             Some(q) => q,
-            None => 2 * mtu,
+            // `fq_init`'s 2 x psched_mtu; only an MTU over 512 KiB would pass the bound that an
+            // explicit quantum must meet, and `to_builder` must give back a valid builder.
+            None => (2 * mtu).min(FQ_MAX_QUANTUM),
         };
         let initial_quantum = match self.initial_quantum {
             Some(q) if q > FQ_MAX_INITIAL_QUANTUM => {
