@@ -688,9 +688,6 @@ impl Producer {
     }
 }
 
-/// The longest a producer out of frames sleeps before it polls the target and checks `stop`.
-const PARK_SLICE: Duration = Duration::from_millis(1);
-
 /// A frame, waiting for one if every frame is in flight (backpressure).
 fn alloc<T: Target>(
     handle: &mut skb_pool::PoolHandle,
@@ -702,18 +699,21 @@ fn alloc<T: Target>(
         match handle.alloc() {
             Ok(skb) => return Some(skb),
             Err(_) if stop.load(Ordering::Relaxed) => return None,
+            Err(_) if park => {
+                target.poll();
+                // Asleep until one of ours is freed; `alloc_wait` itself sends home the frames
+                // we freed for others and drains every source ours come back through.
+                if let Ok(skb) = handle.alloc_wait(skb_pool::PoolHandle::WAIT_NAP) {
+                    return Some(skb);
+                }
+            }
             Err(_) => {
                 // Send home the frames we freed for others, take back ours, let the thread
-                // holding them run: yielding between polls, or asleep until one of ours is
-                // freed.
+                // holding them run.
                 handle.flush_frees();
                 handle.flush_remote();
                 target.poll();
-                if !park {
-                    thread::yield_now();
-                } else if let Ok(skb) = handle.alloc_wait(PARK_SLICE) {
-                    return Some(skb);
-                }
+                thread::yield_now();
             }
         }
     }

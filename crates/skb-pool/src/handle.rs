@@ -529,14 +529,7 @@ impl PoolHandle {
             let nap = deadline.map_or(Self::WAIT_NAP, |d| (d - now).min(Self::WAIT_NAP));
             let slot = self.local().slot();
             if slot.prepare_park() {
-                #[cfg(not(lockless_loom))]
-                std::thread::park_timeout(nap);
-                // loom has no timed park; its models always free what the owner waits for.
-                #[cfg(lockless_loom)]
-                {
-                    let _ = nap;
-                    loom::thread::park();
-                }
+                crate::sync::park_timeout(nap);
                 slot.end_park();
             }
         }

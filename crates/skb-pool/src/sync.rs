@@ -25,6 +25,20 @@ pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering,
 #[cfg(not(lockless_loom))]
 pub(crate) use std::thread;
 
+/// Parks the calling thread for at most `nap` (an owner waiting for frames). loom has no timed
+/// park: under it the thread parks until unparked, and its models always free what the owner
+/// waits for.
+#[cfg(not(lockless_loom))]
+pub(crate) fn park_timeout(nap: std::time::Duration) {
+    std::thread::park_timeout(nap);
+}
+
+/// See the non-loom definition.
+#[cfg(lockless_loom)]
+pub(crate) fn park_timeout(_nap: std::time::Duration) {
+    loom::thread::park();
+}
+
 // The calling thread's registered owner handles (an intrusive list of their local states),
 // consulted when an [`Skb`](crate::Skb) is dropped to find this thread's handle for its pool.
 #[cfg(not(lockless_loom))]
