@@ -6,6 +6,8 @@
 //!
 //! - `defer_list`: `DeferList` (limit 1000) of intrusive `Boxed<u64>`; the consumer takes the
 //!   whole list with one swap and reverses it to FIFO.
+//! - `defer_list_batch` (a diagnostic, not a peer): the same list fed in bursts of 32 with
+//!   `push_batch`, so that what remains is the consumer's walk of the chain.
 //! - `segqueue`: `crossbeam_queue::SegQueue<Box<u64>>`, one pop per item.
 //! - `arrayqueue`: `crossbeam_queue::ArrayQueue<Box<u64>>` of 1024, one pop per item.
 //! - `mpsc`: `std::sync::mpsc::channel`, one recv per item.
@@ -40,6 +42,8 @@ trait Transport: Send + Sync + 'static {
     fn push(&self, item: Self::Item);
     /// Drains what is there, reading each item and moving it to the sink; returns how many.
     fn drain(&self, sink: &mut Sink<Self::Item>) -> u64;
+    /// Called by each producer after its last push (to push what it still holds back).
+    fn finish(&self) {}
 }
 
 /// Where the consumer keeps items until the timing ends (freeing is not what we measure).
@@ -80,6 +84,65 @@ impl Transport for Defer {
                     thread::yield_now();
                 }
             }
+        }
+    }
+    fn drain(&self, sink: &mut Sink<Boxed<u64>>) -> u64 {
+        let mut batch = self.0.take_all().reverse();
+        let n = batch.len() as u64;
+        sink.sum += batch.iter().map(|n| **n).sum::<u64>();
+        sink.nodes.append(&mut batch);
+        n
+    }
+}
+
+/// Items a `defer_list_batch` producer gathers before one `push_batch`.
+const BATCH: usize = 32;
+
+thread_local! {
+    /// A `defer_list_batch` producer's burst being gathered.
+    static GATHER: std::cell::RefCell<Fifo<Boxed<u64>>> = const { std::cell::RefCell::new(Fifo::new()) };
+}
+
+/// The same list fed in bursts of [`BATCH`] with `push_batch` (one CAS per burst): not a peer,
+/// a diagnostic. With the producers' CAS traffic cut 32-fold, what remains is the consumer's
+/// walk of a chain whose every node another core wrote, so this row is near the ceiling of any
+/// single-consumer linked list on this machine.
+struct DeferBatch(DeferList<Boxed<u64>>);
+impl DeferBatch {
+    fn push_burst(&self, mut burst: Fifo<Boxed<u64>>) {
+        loop {
+            match self.0.push_batch(burst) {
+                Ok(_) => return,
+                Err(rejected) => {
+                    burst = rejected.into_inner();
+                    thread::yield_now();
+                }
+            }
+        }
+    }
+}
+impl Transport for DeferBatch {
+    type Item = Boxed<u64>;
+    fn make(v: u64) -> Boxed<u64> {
+        Boxed::new(v)
+    }
+    fn touch(item: &mut Boxed<u64>, v: u64) {
+        **item = v;
+    }
+    fn push(&self, item: Boxed<u64>) {
+        let full = GATHER.with(|g| {
+            let mut g = g.borrow_mut();
+            g.push_back(item);
+            (g.len() >= BATCH).then(|| std::mem::take(&mut *g))
+        });
+        if let Some(burst) = full {
+            self.push_burst(burst);
+        }
+    }
+    fn finish(&self) {
+        let rest = GATHER.with(|g| std::mem::take(&mut *g.borrow_mut()));
+        if !rest.is_empty() {
+            self.push_burst(rest);
         }
     }
     fn drain(&self, sink: &mut Sink<Boxed<u64>>) -> u64 {
@@ -197,6 +260,7 @@ fn run<T: Transport>(shared: Arc<T>, producers: usize, total: u64) -> Duration {
                     T::touch(&mut item, i);
                     shared.push(item);
                 }
+                shared.finish();
             })
         })
         .collect();
@@ -251,6 +315,16 @@ fn bench(c: &mut Criterion) {
             |b, &p| {
                 b.iter_custom(|iters| {
                     let q = Arc::new(Defer(DeferList::with_limit(1000).unwrap()));
+                    run(q, p, iters * ITEMS)
+                })
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("defer_list_batch", producers),
+            &producers,
+            |b, &p| {
+                b.iter_custom(|iters| {
+                    let q = Arc::new(DeferBatch(DeferList::with_limit(1000).unwrap()));
                     run(q, p, iters * ITEMS)
                 })
             },

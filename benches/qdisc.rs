@@ -196,6 +196,15 @@ fn step_vecdeque(flows: usize, read_len: bool) -> Step {
     })
 }
 
+/// FQ on a clock that costs one atomic load, with room for a million queued packets.
+fn fq_manual() -> qdisc::Fq<TestPacket> {
+    FqBuilder::new()
+        .clock(Arc::new(ManualClock::new(1)))
+        .limit(1 << 20)
+        .build()
+        .expect("valid")
+}
+
 /// The variants beyond the FIFO pair: pfifo_fast, fq on the real clock, fq on a manual clock.
 fn others(flows: usize) -> Vec<(&'static str, Step)> {
     let mut v: Vec<(&'static str, Step)> = Vec::new();
@@ -210,12 +219,7 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
         .build()
         .expect("valid");
     v.push(("fq", step_qdisc(flows, fq, false)));
-    let fq: qdisc::Fq<TestPacket> = FqBuilder::new()
-        .clock(Arc::new(ManualClock::new(1)))
-        .limit(1 << 20)
-        .build()
-        .expect("valid");
-    v.push(("fq_manual_clock", step_qdisc(flows, fq, false)));
+    v.push(("fq_manual_clock", step_qdisc(flows, fq_manual(), false)));
     v
 }
 
@@ -223,25 +227,28 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
 /// one flow count runs a short slice in turn, N rounds, so that load from other processes on a
 /// shared machine falls on all of them alike. Prints each variant's median and minimum ns per
 /// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque and
-/// pfifo_len/vecdeque_len. `QDISC_BENCH_ONLY=fifo` runs just the FIFO pair, and
+/// pfifo_len/vecdeque_len. `QDISC_BENCH_ONLY=fifo` runs just the FIFO pair, `QDISC_BENCH_ONLY=fq` just
+/// `vecdeque` and `fq_manual_clock` (for the flow curve), and
 /// `QDISC_BENCH_FLOWS=1,100` just those flow counts.
 fn interleaved(rounds: usize) {
-    let fifo_only = std::env::var("QDISC_BENCH_ONLY").is_ok_and(|v| v == "fifo");
+    let only = std::env::var("QDISC_BENCH_ONLY").unwrap_or_default();
     let flow_counts: Vec<usize> = std::env::var("QDISC_BENCH_FLOWS")
         .ok()
         .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
         .unwrap_or_else(|| FLOWS.to_vec());
     println!("flows variant median_ns min_ns");
     for flows in flow_counts {
-        let mut variants: Vec<(&str, Step)> = vec![
-            ("vecdeque", step_vecdeque(flows, false)),
-            ("vecdeque_len", step_vecdeque(flows, true)),
-        ];
+        let mut variants: Vec<(&str, Step)> = vec![("vecdeque", step_vecdeque(flows, false))];
         let pfifo = || FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
-        variants.push(("pfifo", step_qdisc(flows, pfifo(), false)));
-        variants.push(("pfifo_len", step_qdisc(flows, pfifo(), true)));
-        if !fifo_only {
-            variants.extend(others(flows));
+        if only == "fq" {
+            variants.push(("fq_manual_clock", step_qdisc(flows, fq_manual(), false)));
+        } else {
+            variants.push(("vecdeque_len", step_vecdeque(flows, true)));
+            variants.push(("pfifo", step_qdisc(flows, pfifo(), false)));
+            variants.push(("pfifo_len", step_qdisc(flows, pfifo(), true)));
+            if only != "fifo" {
+                variants.extend(others(flows));
+            }
         }
         // Each slice cycles through every queued packet a few times (at least 200 000 steps).
         let n = (4 * flows.max(64)).max(200_000) as u64;
@@ -258,7 +265,15 @@ fn interleaved(rounds: usize) {
             let min = ns[i].iter().copied().fold(f64::INFINITY, f64::min);
             println!("{flows} {name} {:.2} {min:.2}", median(&ns[i]));
         }
-        for (a, b) in [(2, 0), (3, 1)] {
+        let index = |name: &str| variants.iter().position(|(n, _)| *n == name);
+        for (a, b) in [
+            ("pfifo", "vecdeque"),
+            ("pfifo_len", "vecdeque_len"),
+            ("fq_manual_clock", "vecdeque"),
+        ] {
+            let (Some(a), Some(b)) = (index(a), index(b)) else {
+                continue;
+            };
             let r: Vec<f64> = ns[a].iter().zip(&ns[b]).map(|(x, y)| x / y).collect();
             println!(
                 "{flows} ratio:{}/{} {:.2}",

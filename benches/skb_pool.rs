@@ -6,7 +6,9 @@
 //! - `box_system`: `Box<[u8; 2048]>` (uninitialised) from the system allocator (the global one);
 //! - `mimalloc`: the same layout through `mimalloc::MiMalloc` called via `GlobalAlloc` directly;
 //! - `arrayqueue_pool`: a global pool of 4096 buffers in a `crossbeam_queue::ArrayQueue`;
-//! - `mutex_pool`: a global pool of 4096 buffers in a `Mutex<Vec<_>>`.
+//! - `mutex_pool`: a global pool of 4096 buffers in a `Mutex<Vec<_>>`;
+//! - `handoff_bound` (pipeline only): no allocator, the bound they all share: each producer's
+//!   fixed buffers come back to it through its own `ArrayQueue` (see [`Circulate`]).
 //!
 //! Patterns:
 //! - `pipeline/P`: P producers allocate a buffer, write 64 bytes, and hand it through one
@@ -374,6 +376,97 @@ impl Strategy for MutexPool {
     }
 }
 
+/// Buffers per producer slot in [`Circulate`].
+const CIRCULATE_PER_SLOT: usize = POOL_FRAMES / 8;
+
+thread_local! {
+    /// The [`Circulate`] slot of this producer thread, taken at its first `produce`.
+    static CIRCULATE_SLOT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// The handoff bound, not an allocator: each producer slot owns a fixed eighth of the buffers,
+/// which come back to it through its own `ArrayQueue` (the consumer pushes a buffer to the slot
+/// its address belongs to). Nothing is allocated or looked up; what is left is the work every
+/// strategy must do — the 64-byte write and read, the shared queue, and one return of the
+/// buffer to the core that writes it next — so no allocator can hand over buffers faster than
+/// this in the pipeline (the issue's reference measured the same bound: 13.0 / 11.9 / 11.6 M/s
+/// at P = 2 / 4 / 8). Slots are taken round-robin by producer threads (P ≤ 8, so the P producers
+/// of one run have distinct slots).
+struct Circulate {
+    slots: Vec<ArrayQueue<usize>>,
+    next_slot: std::sync::atomic::AtomicUsize,
+    slab: Slab,
+}
+
+impl Circulate {
+    fn new() -> Circulate {
+        let slab = Slab::new();
+        let slots: Vec<ArrayQueue<usize>> = (0..8)
+            .map(|_| ArrayQueue::new(CIRCULATE_PER_SLOT))
+            .collect();
+        for (i, b) in slab.bufs().enumerate() {
+            slots[i / CIRCULATE_PER_SLOT].push(b).unwrap();
+        }
+        Circulate {
+            slots,
+            next_slot: std::sync::atomic::AtomicUsize::new(0),
+            slab,
+        }
+    }
+
+    fn my_slot(&self) -> usize {
+        CIRCULATE_SLOT.with(|c| {
+            c.get().unwrap_or_else(|| {
+                let slot = self
+                    .next_slot
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    % 8;
+                c.set(Some(slot));
+                slot
+            })
+        })
+    }
+
+    fn home(&self, token: usize) -> &ArrayQueue<usize> {
+        &self.slots[(token - self.slab.0 as usize) / (BUF * CIRCULATE_PER_SLOT)]
+    }
+}
+
+impl Strategy for Circulate {
+    const NAME: &'static str = "handoff_bound";
+    type Local = ();
+    fn local(&self) {}
+    #[inline]
+    fn alloc(&self, _: &mut ()) -> usize {
+        let slot = &self.slots[self.my_slot()];
+        let backoff = Backoff::new();
+        loop {
+            match slot.pop() {
+                Some(p) => return p,
+                None => backoff.snooze(),
+            }
+        }
+    }
+    #[inline]
+    fn free(&self, _: &mut (), token: usize) {
+        self.home(token)
+            .push(token)
+            .expect("a slot holds all its buffers");
+    }
+    #[inline]
+    fn produce(&self, l: &mut (), v: u8) -> usize {
+        let p = self.alloc(l);
+        write_raw(p as *mut u8, v);
+        p
+    }
+    #[inline]
+    fn consume(&self, l: &mut (), token: usize) -> u64 {
+        let s = read_raw(token as *const u8);
+        self.free(l, token);
+        s
+    }
+}
+
 #[derive(Default, Clone, Copy)]
 struct Acc {
     wall: Duration,
@@ -572,6 +665,9 @@ fn all(c: &mut Criterion, pattern: &'static str) {
     bench_strategy(c, pattern, Arc::new(Mimalloc));
     bench_strategy(c, pattern, Arc::new(arrayqueue_pool()));
     bench_strategy(c, pattern, Arc::new(mutex_pool()));
+    if pattern == "pipeline" {
+        bench_strategy(c, pattern, Arc::new(Circulate::new()));
+    }
 }
 
 /// One strategy as a runner of `(pattern, P, buffers) -> wall time`.
@@ -600,6 +696,7 @@ fn interleaved(rounds: usize) {
         runner(BoxSystem),
         runner(arrayqueue_pool()),
         runner(mutex_pool()),
+        runner(Circulate::new()),
     ];
     println!(
         "interleaved: {rounds} rounds, queue {} slots, defer_max {}",
@@ -608,9 +705,10 @@ fn interleaved(rounds: usize) {
     );
     println!(
         "| pattern | P | skb-pool | mimalloc | Box (glibc) | ArrayQueue pool | Mutex pool \
-         | vs mimalloc | vs ArrayQueue | remote frees via overflow |"
+         | handoff bound | vs mimalloc | vs ArrayQueue | bound vs mimalloc \
+         | remote frees via overflow |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let only = std::env::var("SKB_BENCH_ONLY").ok();
     for pattern in ["pipeline", "local"] {
         if only.as_deref().is_some_and(|o| o != pattern) {
@@ -621,18 +719,27 @@ fn interleaved(rounds: usize) {
         } else {
             3_000_000
         }) as u64;
+        // The handoff bound is a pipeline figure; `local` has no handoff.
+        let active = if pattern == "pipeline" {
+            strategies.len()
+        } else {
+            strategies.len() - 1
+        };
         for p in PRODUCERS {
-            let mut rates = vec![Vec::new(); strategies.len()];
-            let (mut vs_mi, mut vs_aq) = (Vec::new(), Vec::new());
+            let mut rates = vec![Vec::new(); active];
+            let (mut vs_mi, mut vs_aq, mut bound_mi) = (Vec::new(), Vec::new(), Vec::new());
             for r in 0..rounds {
-                let mut round = vec![0.0; strategies.len()];
-                for k in 0..strategies.len() {
-                    let i = (k + r) % strategies.len();
+                let mut round = vec![0.0; active];
+                for k in 0..active {
+                    let i = (k + r) % active;
                     let wall = (strategies[i].1)(pattern, p, slice);
                     round[i] = slice as f64 / wall.as_secs_f64() / 1e6;
                 }
                 vs_mi.push(round[0] / round[1]);
                 vs_aq.push(round[0] / round[3]);
+                if active == strategies.len() {
+                    bound_mi.push(round[5] / round[1]);
+                }
                 for (v, x) in rates.iter_mut().zip(round) {
                     v.push(x);
                 }
@@ -648,13 +755,19 @@ fn interleaved(rounds: usize) {
                 String::from("–")
             };
             let m: Vec<f64> = rates.iter().map(|r| median(r)).collect();
-            let cells: Vec<String> = strategies
+            let mut cells: Vec<String> = strategies
                 .iter()
                 .zip(&m)
                 .map(|((name, _), rate)| format!("{rate:.2} ({:.0})", cpu(name)))
                 .collect();
+            cells.resize(strategies.len(), String::from("–"));
+            let bound = if bound_mi.is_empty() {
+                String::from("–")
+            } else {
+                format!("{:.2}x", median(&bound_mi))
+            };
             println!(
-                "| {pattern} | {p} | {} | {:.2}x | {:.2}x | {ovf} |",
+                "| {pattern} | {p} | {} | {:.2}x | {:.2}x | {bound} | {ovf} |",
                 cells.join(" | "),
                 median(&vs_mi),
                 median(&vs_aq)

@@ -33,7 +33,7 @@ mod llist;
 /// Atomics, switched to loom under `--cfg lockless_loom`.
 mod sync;
 
-pub use defer::{ConfigError, DEFAULT_BURST_LIMIT, DeferList, Pushed, Rejected};
+pub use defer::{ConfigError, DEFAULT_BURST_LIMIT, DeferList, MAX_BURST_LIMIT, Pushed, Rejected};
 pub use fifo::{Fifo, IntoIter};
 pub use link::{Boxed, Link, Node, NodeRef};
 pub use llist::{Chain, Iter, LList};

@@ -8,7 +8,6 @@
 
 use core::fmt;
 use core::marker::PhantomData;
-use core::ops::ControlFlow;
 use core::ptr::{self, NonNull};
 
 use crate::Fifo;
@@ -54,10 +53,7 @@ impl<N: Node> LList<N> {
     #[inline]
     pub fn add(&self, node: N) -> bool {
         let link = node.into_link();
-        match self.push_chain(link, link, |_| ControlFlow::Continue(())) {
-            Ok(was_empty) => was_empty,
-            Err(()) => unreachable!("the check never breaks"),
-        }
+        self.push_chain(link, link)
     }
 
     /// Pushes a whole batch with one successful CAS (`llist_add_batch`). Returns `true` if the
@@ -69,30 +65,16 @@ impl<N: Node> LList<N> {
         let Some((first, last)) = batch.into_raw_ends() else {
             return false;
         };
-        match self.push_chain(first, last, |_| ControlFlow::Continue(())) {
-            Ok(was_empty) => was_empty,
-            Err(()) => unreachable!("the check never breaks"),
-        }
+        self.push_chain(first, last)
     }
 
-    /// The CAS loop shared with [`DeferList`](crate::DeferList): links `last` to the observed
-    /// head and swings the head to `first`. Before each attempt `check` sees the observed head
-    /// and may refuse the push, in which case the chain is untouched and still the caller's.
-    ///
-    /// Returns whether the list was empty just before the successful CAS.
+    /// The CAS loop of `add` and `add_batch`: links `last` to the observed head and swings the
+    /// head to `first`. Returns whether the list was empty just before the successful CAS.
     #[inline]
-    pub(crate) fn push_chain(
-        &self,
-        first: NonNull<Link>,
-        last: NonNull<Link>,
-        mut check: impl FnMut(*mut Link) -> ControlFlow<()>,
-    ) -> Result<bool, ()> {
+    fn push_chain(&self, first: NonNull<Link>, last: NonNull<Link>) -> bool {
         // Relaxed: the value is only a guess for the CAS, which re-reads it.
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
-            if check(head).is_break() {
-                return Err(());
-            }
             // SAFETY: `last` is a link of the caller's chain, owned by the caller until the CAS
             // below publishes it, so nobody else reads or writes it now.
             unsafe { last.as_ref() }.set_next(head);
@@ -105,15 +87,24 @@ impl<N: Node> LList<N> {
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Ok(head.is_null()),
+                Ok(_) => return head.is_null(),
                 Err(seen) => head = seen,
             }
         }
     }
 
     /// Detaches every node with one swap (`llist_del_all`). The chain is newest-first.
+    ///
+    /// An empty list is seen with a plain load and left unwritten, so a consumer polling an
+    /// idle list reads the head's cache line instead of taking it exclusive from the producers
+    /// on every poll (the swap would write it even with nothing to take).
     #[inline]
     pub fn take_all(&self) -> Chain<N> {
+        // Relaxed: seeing null takes nothing, so there is nothing to order; a push that lands
+        // just after the load is taken by the next call.
+        if self.head.load(Ordering::Relaxed).is_null() {
+            return Chain::new();
+        }
         // Acquire: pairs with the producers' Release CAS, so the links (and item contents) of
         // the whole chain are visible to us.
         let head = self.head.swap(ptr::null_mut(), Ordering::Acquire);

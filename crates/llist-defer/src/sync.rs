@@ -5,6 +5,6 @@
 //! that building our loom models never flips a dependency into loom mode.
 
 #[cfg(lockless_loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicPtr, Ordering};
 #[cfg(not(lockless_loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicPtr, Ordering};

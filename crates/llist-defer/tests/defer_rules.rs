@@ -1,13 +1,24 @@
 //! Single-threaded checks of the DeferList rules and the detached-chain helpers.
 #![cfg(not(lockless_loom))]
 
-use llist_defer::{Boxed, Chain, ConfigError, DEFAULT_BURST_LIMIT, DeferList, LList, Pushed};
+use llist_defer::{
+    Boxed, Chain, ConfigError, DEFAULT_BURST_LIMIT, DeferList, LList, MAX_BURST_LIMIT, Pushed,
+};
 
 #[test]
 fn limit_zero_is_a_config_error_naming_the_fix() {
     let err = DeferList::<Boxed<u8>>::with_limit(0).unwrap_err();
     assert_eq!(err, ConfigError::ZeroLimit);
     assert!(err.to_string().contains("at least 1"), "{err}");
+    let err = DeferList::<Boxed<u8>>::with_limit(MAX_BURST_LIMIT + 1).unwrap_err();
+    assert_eq!(err, ConfigError::LimitTooLarge(MAX_BURST_LIMIT + 1));
+    assert!(err.to_string().contains("65535"), "{err}");
+    assert_eq!(
+        DeferList::<Boxed<u8>>::with_limit(MAX_BURST_LIMIT)
+            .unwrap()
+            .limit(),
+        MAX_BURST_LIMIT
+    );
     assert_eq!(DeferList::<Boxed<u8>>::new().limit(), DEFAULT_BURST_LIMIT);
 }
 
@@ -31,9 +42,10 @@ fn first_pusher_never_counts_and_only_the_arrival_is_refused() {
     let refused = list.push(Boxed::new(3)).unwrap_err();
     assert_eq!((refused.burst, *refused.item), (3, 3));
     assert!(refused.to_string().contains("burst limit"), "{refused}");
-    // The refused push's increment persists until the next drain, as in the kernel.
-    assert_eq!(list.burst(), 3);
-    assert!(list.push(Boxed::new(4)).is_err());
+    // A refused push leaves no trace in the count (the kernel's increment would stay until
+    // the next drain): the count is raised only by the CAS that links an item.
+    assert_eq!(list.burst(), 2);
+    assert_eq!(list.push(Boxed::new(4)).unwrap_err().burst, 3);
     let queued: Vec<i32> = list
         .take_all()
         .reverse()
@@ -116,15 +128,20 @@ fn push_batch_keeps_order_counts_items_and_never_refuses_the_first() {
         .map(Boxed::into_inner)
         .collect();
     assert_eq!(back, [9, 10]);
-    // A single push behind them lands after both batches.
-    list.push(Boxed::new(99)).unwrap_err(); // still over the limit until a drain
+    // The refused batch left no count behind: a single push still fits (3 + 1 = 4), lands
+    // after both batches, and the next one is refused.
+    assert_eq!(
+        list.push(Boxed::new(99)).unwrap(),
+        Pushed::Queued { burst: 4 }
+    );
+    assert_eq!(list.push(Boxed::new(100)).unwrap_err().burst, 5);
     let got: Vec<i32> = list
         .take_all()
         .reverse()
         .into_iter()
         .map(Boxed::into_inner)
         .collect();
-    assert_eq!(got, [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(got, [0, 1, 2, 3, 4, 5, 6, 7, 8, 99]);
     assert_eq!(list.burst(), 0, "take_all resets the count");
     // An empty batch is a no-op: nothing to drain, no count.
     let empty = llist_defer::Fifo::<Boxed<i32>>::new();

@@ -235,6 +235,12 @@ fn bad_config_is_a_typed_error() {
         .build(Pfifo::<TestPacket>::new(), RecordingDriver::new());
     assert_eq!(e.unwrap_err().option(), "burst_limit");
     let e = TxQueue::builder()
+        .burst_limit(llist_defer::MAX_BURST_LIMIT + 1)
+        .build(Pfifo::<TestPacket>::new(), RecordingDriver::new())
+        .unwrap_err();
+    assert_eq!(e.option(), "burst_limit");
+    assert!(e.to_string().contains("65535"), "{e}");
+    let e = TxQueue::builder()
         .quota(0)
         .build(Pfifo::<TestPacket>::new(), RecordingDriver::new());
     assert_eq!(e.unwrap_err().option(), "quota");

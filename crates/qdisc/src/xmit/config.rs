@@ -104,7 +104,8 @@ impl TxQueueBuilder {
         self
     }
 
-    /// The defer list's burst limit (default 1000, `net.core.qdisc_max_burst`).
+    /// The defer list's burst limit (default 1000, `net.core.qdisc_max_burst`), at most
+    /// [`llist_defer::MAX_BURST_LIMIT`] (65 535).
     pub fn burst_limit(mut self, limit: usize) -> Self {
         self.burst_limit = limit;
         self
@@ -179,12 +180,12 @@ impl TxQueueBuilder {
     }
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        if self.burst_limit == 0 {
+        if self.burst_limit == 0 || self.burst_limit > llist_defer::MAX_BURST_LIMIT {
             return Err(ConfigError::new(
                 "txqueue",
                 "burst_limit",
-                0,
-                "1.. (kernel default 1000)",
+                self.burst_limit as u64,
+                "1..=65535 (kernel default 1000)",
             ));
         }
         if self.quota == 0 {
