@@ -8,6 +8,8 @@
 //!   whole list with one swap and reverses it to FIFO.
 //! - `defer_list_batch` (a diagnostic, not a peer): the same list fed in bursts of 32 with
 //!   `push_batch`, so that what remains is the consumer's walk of the chain.
+//! - `llist_unbounded` (a diagnostic, not a peer): the plain `LList` with single `add`s, no
+//!   count and no limit: the ceiling of any defer list fed one item per push.
 //! - `segqueue`: `crossbeam_queue::SegQueue<Box<u64>>`, one pop per item.
 //! - `arrayqueue`: `crossbeam_queue::ArrayQueue<Box<u64>>` of 1024, one pop per item.
 //! - `mpsc`: `std::sync::mpsc::channel`, one recv per item.
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use crossbeam_queue::{ArrayQueue, SegQueue};
-use llist_defer::{Boxed, DeferList, Fifo};
+use llist_defer::{Boxed, Chain, DeferList, Fifo, LList};
 
 /// Items per criterion iteration.
 const ITEMS: u64 = 10_000;
@@ -66,6 +68,17 @@ impl Sink<Box<u64>> {
     }
 }
 
+impl Sink<Boxed<u64>> {
+    /// Reverses a taken chain to FIFO, reads every item and keeps them; returns how many.
+    fn keep_chain(&mut self, chain: Chain<Boxed<u64>>) -> u64 {
+        let mut batch = chain.reverse();
+        let n = batch.len() as u64;
+        self.sum += batch.iter().map(|n| **n).sum::<u64>();
+        self.nodes.append(&mut batch);
+        n
+    }
+}
+
 struct Defer(DeferList<Boxed<u64>>);
 impl Transport for Defer {
     type Item = Boxed<u64>;
@@ -87,11 +100,7 @@ impl Transport for Defer {
         }
     }
     fn drain(&self, sink: &mut Sink<Boxed<u64>>) -> u64 {
-        let mut batch = self.0.take_all().reverse();
-        let n = batch.len() as u64;
-        sink.sum += batch.iter().map(|n| **n).sum::<u64>();
-        sink.nodes.append(&mut batch);
-        n
+        sink.keep_chain(self.0.take_all())
     }
 }
 
@@ -146,11 +155,26 @@ impl Transport for DeferBatch {
         }
     }
     fn drain(&self, sink: &mut Sink<Boxed<u64>>) -> u64 {
-        let mut batch = self.0.take_all().reverse();
-        let n = batch.len() as u64;
-        sink.sum += batch.iter().map(|n| **n).sum::<u64>();
-        sink.nodes.append(&mut batch);
-        n
+        sink.keep_chain(self.0.take_all())
+    }
+}
+
+/// The kernel's plain `llist` (`LList::add`, no count, no limit): not a peer, the ceiling of
+/// every defer list with single pushes, which cannot push with less than this one CAS.
+struct Unbounded(LList<Boxed<u64>>);
+impl Transport for Unbounded {
+    type Item = Boxed<u64>;
+    fn make(v: u64) -> Boxed<u64> {
+        Boxed::new(v)
+    }
+    fn touch(item: &mut Boxed<u64>, v: u64) {
+        **item = v;
+    }
+    fn push(&self, item: Boxed<u64>) {
+        self.0.add(item);
+    }
+    fn drain(&self, sink: &mut Sink<Boxed<u64>>) -> u64 {
+        sink.keep_chain(self.0.take_all())
     }
 }
 
@@ -328,6 +352,11 @@ fn bench(c: &mut Criterion) {
                     run(q, p, iters * ITEMS)
                 })
             },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("llist_unbounded", producers),
+            &producers,
+            |b, &p| b.iter_custom(|iters| run(Arc::new(Unbounded(LList::new())), p, iters * ITEMS)),
         );
         g.bench_with_input(
             BenchmarkId::new("segqueue", producers),
