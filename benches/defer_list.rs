@@ -30,17 +30,52 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use crossbeam_queue::{ArrayQueue, SegQueue};
-use llist_defer::{Boxed, Chain, DeferList, Fifo, LList};
+use llist_defer::{Boxed, Chain, DeferList, Fifo, LList, Pushed, Rejected};
 
 /// Items per criterion iteration.
 const ITEMS: u64 = 10_000;
 
+/// A boxed `u64` item: the intrusive `Boxed` of the lists, the plain `Box` of the peers.
+trait Item: Send + 'static {
+    fn make(v: u64) -> Self;
+    /// Writes the item just before it is pushed, as a producer writes a packet.
+    fn touch(&mut self, v: u64);
+}
+
+impl Item for Boxed<u64> {
+    fn make(v: u64) -> Self {
+        Boxed::new(v)
+    }
+    fn touch(&mut self, v: u64) {
+        **self = v;
+    }
+}
+
+impl Item for Box<u64> {
+    fn make(v: u64) -> Self {
+        Box::new(v)
+    }
+    fn touch(&mut self, v: u64) {
+        **self = v;
+    }
+}
+
+/// Pushes `item` with `push` until it is accepted, yielding after each refusal.
+fn push_until_accepted<T>(mut item: T, mut push: impl FnMut(T) -> Result<Pushed, Rejected<T>>) {
+    loop {
+        match push(item) {
+            Ok(_) => return,
+            Err(rejected) => {
+                item = rejected.into_inner();
+                thread::yield_now();
+            }
+        }
+    }
+}
+
 /// A transport under test: shared state, how producers push, how the consumer drains.
 trait Transport: Send + Sync + 'static {
-    type Item: Send + 'static;
-    fn make(v: u64) -> Self::Item;
-    /// Writes the item just before it is pushed, as a producer writes a packet.
-    fn touch(item: &mut Self::Item, v: u64);
+    type Item: Item;
     fn push(&self, item: Self::Item);
     /// Drains what is there, reading each item and moving it to the sink; returns how many.
     fn drain(&self, sink: &mut Sink<Self::Item>) -> u64;
@@ -82,22 +117,8 @@ impl Sink<Boxed<u64>> {
 struct Defer(DeferList<Boxed<u64>>);
 impl Transport for Defer {
     type Item = Boxed<u64>;
-    fn make(v: u64) -> Boxed<u64> {
-        Boxed::new(v)
-    }
-    fn touch(item: &mut Boxed<u64>, v: u64) {
-        **item = v;
-    }
-    fn push(&self, mut item: Boxed<u64>) {
-        loop {
-            match self.0.push(item) {
-                Ok(_) => return,
-                Err(rejected) => {
-                    item = rejected.into_inner();
-                    thread::yield_now();
-                }
-            }
-        }
+    fn push(&self, item: Boxed<u64>) {
+        push_until_accepted(item, |i| self.0.push(i));
     }
     fn drain(&self, sink: &mut Sink<Boxed<u64>>) -> u64 {
         sink.keep_chain(self.0.take_all())
@@ -118,26 +139,12 @@ thread_local! {
 /// single-consumer linked list on this machine.
 struct DeferBatch(DeferList<Boxed<u64>>);
 impl DeferBatch {
-    fn push_burst(&self, mut burst: Fifo<Boxed<u64>>) {
-        loop {
-            match self.0.push_batch(burst) {
-                Ok(_) => return,
-                Err(rejected) => {
-                    burst = rejected.into_inner();
-                    thread::yield_now();
-                }
-            }
-        }
+    fn push_burst(&self, burst: Fifo<Boxed<u64>>) {
+        push_until_accepted(burst, |b| self.0.push_batch(b));
     }
 }
 impl Transport for DeferBatch {
     type Item = Boxed<u64>;
-    fn make(v: u64) -> Boxed<u64> {
-        Boxed::new(v)
-    }
-    fn touch(item: &mut Boxed<u64>, v: u64) {
-        **item = v;
-    }
     fn push(&self, item: Boxed<u64>) {
         let full = GATHER.with(|g| {
             let mut g = g.borrow_mut();
@@ -164,12 +171,6 @@ impl Transport for DeferBatch {
 struct Unbounded(LList<Boxed<u64>>);
 impl Transport for Unbounded {
     type Item = Boxed<u64>;
-    fn make(v: u64) -> Boxed<u64> {
-        Boxed::new(v)
-    }
-    fn touch(item: &mut Boxed<u64>, v: u64) {
-        **item = v;
-    }
     fn push(&self, item: Boxed<u64>) {
         self.0.add(item);
     }
@@ -181,12 +182,6 @@ impl Transport for Unbounded {
 struct Seg(SegQueue<Box<u64>>);
 impl Transport for Seg {
     type Item = Box<u64>;
-    fn make(v: u64) -> Box<u64> {
-        Box::new(v)
-    }
-    fn touch(item: &mut Box<u64>, v: u64) {
-        **item = v;
-    }
     fn push(&self, item: Box<u64>) {
         self.0.push(item);
     }
@@ -198,12 +193,6 @@ impl Transport for Seg {
 struct Array(ArrayQueue<Box<u64>>);
 impl Transport for Array {
     type Item = Box<u64>;
-    fn make(v: u64) -> Box<u64> {
-        Box::new(v)
-    }
-    fn touch(item: &mut Box<u64>, v: u64) {
-        **item = v;
-    }
     fn push(&self, mut item: Box<u64>) {
         while let Err(back) = self.0.push(item) {
             item = back;
@@ -224,12 +213,6 @@ thread_local! {
 }
 impl Transport for Channel {
     type Item = Box<u64>;
-    fn make(v: u64) -> Box<u64> {
-        Box::new(v)
-    }
-    fn touch(item: &mut Box<u64>, v: u64) {
-        **item = v;
-    }
     fn push(&self, item: Box<u64>) {
         // Each producer clones the sender once, as a user would.
         SENDER.with(|s| {
@@ -250,12 +233,6 @@ thread_local! {
 }
 impl Transport for MutexDeque {
     type Item = Box<u64>;
-    fn make(v: u64) -> Box<u64> {
-        Box::new(v)
-    }
-    fn touch(item: &mut Box<u64>, v: u64) {
-        **item = v;
-    }
     fn push(&self, item: Box<u64>) {
         self.0.lock().unwrap().push_back(item);
     }
@@ -277,11 +254,11 @@ fn run<T: Transport>(shared: Arc<T>, producers: usize, total: u64) -> Duration {
         .map(|p| {
             let (shared, start) = (shared.clone(), start.clone());
             // Allocated before the barrier: not timed.
-            let items: Vec<T::Item> = (0..per).map(|_| T::make(0)).collect();
+            let items: Vec<T::Item> = (0..per).map(|_| T::Item::make(0)).collect();
             thread::spawn(move || {
                 start.wait();
                 for (i, mut item) in (p as u64 * per..).zip(items) {
-                    T::touch(&mut item, i);
+                    item.touch(i);
                     shared.push(item);
                 }
                 shared.finish();

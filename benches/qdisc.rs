@@ -145,12 +145,7 @@ fn bench(c: &mut Criterion) {
         run_qdisc(&mut g, "fq", flows, fq);
         // The same scheduler on a clock that costs one atomic load, to separate FQ's own work
         // from `clock_gettime` (about 60 ns a call on this VM).
-        let fq = FqBuilder::new()
-            .clock(Arc::new(ManualClock::new(1)))
-            .limit(1 << 20)
-            .build()
-            .expect("valid");
-        run_qdisc(&mut g, "fq_manual_clock", flows, fq);
+        run_qdisc(&mut g, "fq_manual_clock", flows, fq_manual());
     }
     g.finish();
 }
@@ -226,10 +221,10 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
 /// `QDISC_BENCH_ROUNDS=N cargo bench --bench qdisc`: instead of criterion, every variant of
 /// one flow count runs a short slice in turn, N rounds, so that load from other processes on a
 /// shared machine falls on all of them alike. Prints each variant's median and minimum ns per
-/// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque and
-/// pfifo_len/vecdeque_len. `QDISC_BENCH_ONLY=fifo` runs just the FIFO pair, `QDISC_BENCH_ONLY=fq` just
-/// `vecdeque` and `fq_manual_clock` (for the flow curve), and
-/// `QDISC_BENCH_FLOWS=1,100` just those flow counts.
+/// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque,
+/// pfifo_len/vecdeque_len and fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the
+/// FIFO pair, `QDISC_BENCH_ONLY=fq` just `vecdeque` and `fq_manual_clock` (for the flow curve),
+/// and `QDISC_BENCH_FLOWS=1,100` just those flow counts.
 fn interleaved(rounds: usize) {
     let only = std::env::var("QDISC_BENCH_ONLY").unwrap_or_default();
     let flow_counts: Vec<usize> = std::env::var("QDISC_BENCH_FLOWS")

@@ -298,6 +298,18 @@ impl Slab {
     }
 }
 
+/// Takes a buffer from `q`, backing off (spin, then yield) while it is empty.
+#[inline]
+fn pop_waiting(q: &ArrayQueue<usize>) -> usize {
+    let backoff = Backoff::new();
+    loop {
+        match q.pop() {
+            Some(p) => return p,
+            None => backoff.snooze(),
+        }
+    }
+}
+
 struct ArrayQueuePool(ArrayQueue<usize>, #[allow(dead_code)] Slab);
 impl Strategy for ArrayQueuePool {
     const NAME: &'static str = "arrayqueue_pool";
@@ -305,13 +317,7 @@ impl Strategy for ArrayQueuePool {
     fn local(&self) {}
     #[inline]
     fn alloc(&self, _: &mut ()) -> usize {
-        let backoff = Backoff::new();
-        loop {
-            match self.0.pop() {
-                Some(p) => return p,
-                None => backoff.snooze(),
-            }
-        }
+        pop_waiting(&self.0)
     }
     #[inline]
     fn free(&self, _: &mut (), token: usize) {
@@ -319,13 +325,7 @@ impl Strategy for ArrayQueuePool {
     }
     #[inline]
     fn produce(&self, _: &mut (), v: u8) -> usize {
-        let backoff = Backoff::new();
-        let p = loop {
-            match self.0.pop() {
-                Some(p) => break p,
-                None => backoff.snooze(),
-            }
-        };
+        let p = pop_waiting(&self.0);
         write_raw(p as *mut u8, v);
         p
     }
@@ -376,8 +376,10 @@ impl Strategy for MutexPool {
     }
 }
 
+/// Producer slots in [`Circulate`]: one per producer, up to the largest P.
+const CIRCULATE_SLOTS: usize = 8;
 /// Buffers per producer slot in [`Circulate`].
-const CIRCULATE_PER_SLOT: usize = POOL_FRAMES / 8;
+const CIRCULATE_PER_SLOT: usize = POOL_FRAMES / CIRCULATE_SLOTS;
 
 thread_local! {
     /// The [`Circulate`] slot of this producer thread, taken at its first `produce`.
@@ -401,7 +403,7 @@ struct Circulate {
 impl Circulate {
     fn new() -> Circulate {
         let slab = Slab::new();
-        let slots: Vec<ArrayQueue<usize>> = (0..8)
+        let slots: Vec<ArrayQueue<usize>> = (0..CIRCULATE_SLOTS)
             .map(|_| ArrayQueue::new(CIRCULATE_PER_SLOT))
             .collect();
         for (i, b) in slab.bufs().enumerate() {
@@ -420,7 +422,7 @@ impl Circulate {
                 let slot = self
                     .next_slot
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                    % 8;
+                    % CIRCULATE_SLOTS;
                 c.set(Some(slot));
                 slot
             })
@@ -438,14 +440,7 @@ impl Strategy for Circulate {
     fn local(&self) {}
     #[inline]
     fn alloc(&self, _: &mut ()) -> usize {
-        let slot = &self.slots[self.my_slot()];
-        let backoff = Backoff::new();
-        loop {
-            match slot.pop() {
-                Some(p) => return p,
-                None => backoff.snooze(),
-            }
-        }
+        pop_waiting(&self.slots[self.my_slot()])
     }
     #[inline]
     fn free(&self, _: &mut (), token: usize) {
