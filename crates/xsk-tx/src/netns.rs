@@ -60,9 +60,14 @@ fn ip_binary() -> &'static str {
 
 /// Runs `ip ARGS`, failing with its stderr.
 pub fn ip(args: &[&str]) -> io::Result<()> {
+    ip_output(args).map(drop)
+}
+
+/// Runs `ip ARGS` and returns its stdout, failing with its stderr.
+fn ip_output(args: &[&str]) -> io::Result<String> {
     let out = Command::new(ip_binary()).args(args).output()?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(io::Error::other(format!(
             "`ip {}` failed: {}",
@@ -157,6 +162,35 @@ impl NetNs {
         let mut all = vec!["-n", self.name.as_str()];
         all.extend_from_slice(args);
         ip(&all)
+    }
+
+    /// Waits (up to 5 s) until `ifname` in this namespace is operationally up with its qdisc
+    /// attached, polling `ip link show`: the kernel gives no event to wait on short of a
+    /// netlink listener.
+    fn wait_link_ready(&self, ifname: &str) -> io::Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let line = ip_output(&[
+                "-n",
+                self.name.as_str(),
+                "-o",
+                "link",
+                "show",
+                "dev",
+                ifname,
+            ])?;
+            if line.contains("state UP") && !line.contains("qdisc noop") {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(io::Error::other(format!(
+                    "{ifname} in {} did not come up within 5 s: {}",
+                    self.name,
+                    line.trim()
+                )));
+            }
+            thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     fn enter(name: &str) -> io::Result<()> {
@@ -302,6 +336,12 @@ impl VethPair {
                 "nud",
                 "permanent",
             ])?;
+        }
+        // The kernel turns the carrier on and attaches the real qdisc (until then `noop`,
+        // which drops silently) from its link-watch work, up to a second after `link set up`:
+        // traffic sent before that vanishes. Wait until both ends say so.
+        for me in [&a, &b] {
+            me.ns.wait_link_ready(&me.ifname)?;
         }
         Ok(VethPair {
             a,
