@@ -36,11 +36,15 @@ fn idle_queue_bypasses_the_qdisc_and_keeps_order() {
             st.bypass, 100,
             "{s}: an idle work-conserving qdisc is bypassed"
         );
+        // `__dev_xmit_skb`'s bypass branch calls `qdisc_bstats_update(q, skb)`: the qdisc's
+        // basic stats count the bypassed packet's bytes as well as the packet.
+        let qs = q.qdisc_stats();
         assert_eq!(
-            q.qdisc_stats().packets,
-            100,
-            "{s}: bypassed packets count as sent"
+            (qs.packets, qs.bytes),
+            (st.sent, st.sent_bytes),
+            "{s}: bypassed packets and bytes count as sent by the qdisc"
         );
+        assert_eq!(st.bypass_bytes, st.sent_bytes, "{s}");
     }
 }
 

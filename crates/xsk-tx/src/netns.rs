@@ -36,6 +36,10 @@ use crate::sys;
 
 /// Environment variable that turns a skip into a failure.
 pub const REQUIRE_ENV: &str = "LOCKLESS_XMIT_REQUIRE_NETNS";
+
+/// How long a new veth end may take to be up with its qdisc attached. The kernel attaches the
+/// qdisc from link-watch work (normally within a second); a loaded machine can delay that work.
+const LINK_READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 /// Prefix of every namespace this harness creates.
 pub const PREFIX: &str = "lxx-";
 
@@ -164,11 +168,11 @@ impl NetNs {
         ip(&all)
     }
 
-    /// Waits (up to 5 s) until `ifname` in this namespace is operationally up with its qdisc
+    /// Waits (up to [`LINK_READY_TIMEOUT`]) until `ifname` in this namespace is operationally up with its qdisc
     /// attached, polling `ip link show`: the kernel gives no event to wait on short of a
     /// netlink listener.
     fn wait_link_ready(&self, ifname: &str) -> io::Result<()> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let deadline = std::time::Instant::now() + LINK_READY_TIMEOUT;
         loop {
             let line = ip_output(&[
                 "-n",
@@ -184,8 +188,9 @@ impl NetNs {
             }
             if std::time::Instant::now() >= deadline {
                 return Err(io::Error::other(format!(
-                    "{ifname} in {} did not come up within 5 s: {}",
+                    "{ifname} in {} did not come up within {:?}: {}",
                     self.name,
+                    LINK_READY_TIMEOUT,
                     line.trim()
                 )));
             }

@@ -63,7 +63,10 @@ impl XskRx {
     }
 
     /// Allocates up to `max` frames from `handle` (as many as the fill ring takes) and gives
-    /// them to the kernel; returns how many.
+    /// them to the kernel; returns how many. Frames the ring did not take go back to the pool
+    /// at once, so a short fill loses nothing: it can happen right after a receive, before the
+    /// kernel has released the fill-ring slots of the frames it just wrote (see
+    /// [`XskSocket::fill`]); call again on the next poll.
     ///
     /// # Errors
     ///

@@ -691,7 +691,19 @@ impl XskSocket {
         Ok(n)
     }
 
-    /// Gives frames to the kernel for receiving (fill ring); returns how many fit.
+    /// Gives frames to the kernel for receiving (fill ring); returns how many fit, a prefix of
+    /// `addrs`. The rest are still the caller's: keep them and offer them again.
+    ///
+    /// A fill can take fewer addresses than offered even when the caller never has more frames
+    /// out than the ring holds: the kernel publishes a received packet on the RX ring before it
+    /// releases the fill-ring slot the packet's frame came from (`xsk_flush` submits RX, then
+    /// releases the fill consumer), so a frame refilled the moment it shows up on RX can find
+    /// the ring still full for a moment.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadAddress`] if an address is not a frame of this socket's UMEM
+    /// (nothing is filled then); an I/O error from the wakeup.
     pub fn fill(&mut self, addrs: &[u64]) -> Result<usize> {
         for &a in addrs {
             self.umem.check(a, 0)?;

@@ -42,9 +42,9 @@ fn flow(a: &VethEnd, b: &VethEnd, src_port: u16) -> UdpFlow {
 
 /// Opens a one-queue device on `ifname`. The kernel releases a closed socket's hold on its
 /// queue in deferred work (`xp_release_deferred`), so binding the same queue right after a
-/// close may see `EBUSY` for a moment: retried for up to 5 s.
+/// close may see `EBUSY` for a moment: retried for up to 30 s.
 fn open(ifname: &str, pool: &Pool) -> Dev {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match XskDevice::open(
             ifname,
@@ -149,7 +149,7 @@ fn traffic(
 
 /// Polls until the device reports a failed link; returns the error.
 fn wait_link_error(dev: &Dev) -> Error {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match dev.try_poll() {
             Err(e) => return e,
@@ -165,9 +165,9 @@ fn wait_link_error(dev: &Dev) -> Error {
     }
 }
 
-/// Waits until `received()` reaches `n` (10 s at most).
+/// Waits until `received()` reaches `n` (30 s at most).
 fn wait_received(received: Received<'_>, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while received() < n {
         assert!(Instant::now() < deadline, "received {} of {n}", received());
         std::thread::yield_now();
@@ -191,7 +191,7 @@ fn fault_phase(
         wait_received(received, 2000);
         offered.unpaced.store(true, Ordering::Relaxed);
         fault();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         let mut e = wait_link_error(&dev);
         while !want(&e) {
             assert!(Instant::now() < deadline, "not the error expected: {e:?}");
@@ -200,7 +200,7 @@ fn fault_phase(
         }
         err = Some(e);
         // The queue is deactivated: later packets are dropped, counted, as they arrive.
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         let seen = offered.deactivated.load(Ordering::Relaxed);
         while offered.deactivated.load(Ordering::Relaxed) < seen + 1000 {
             assert!(Instant::now() < deadline, "no Deactivated drops");
@@ -263,7 +263,7 @@ fn resume_phase(ifname: &str, pool: &Pool, flow: &UdpFlow, rx: &UdpCounter, n: u
         assert!(Instant::now() < deadline, "not drained: {:?}", dev.stats());
         std::thread::yield_now();
     }
-    let got = rx.wait_for(base + n, Duration::from_secs(5)) - base;
+    let got = rx.wait_for(base + n, Duration::from_secs(30)) - base;
     drop(h);
     let report = dev.close();
     assert_eq!(

@@ -223,7 +223,7 @@ fn fq_shares_the_link_between_two_backlogged_flows() {
     let receiver = veth.b.ns.spawn(move || {
         let sock = UdpSocket::bind(addr).unwrap();
         big_rcvbuf(&sock, 64 << 20);
-        sock.set_read_timeout(Some(Duration::from_secs(10)))
+        sock.set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
         ready_tx.send(()).unwrap();
         let mut order = Vec::new();
@@ -240,7 +240,7 @@ fn fq_shares_the_link_between_two_backlogged_flows() {
         }
         order
     });
-    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    ready_rx.recv_timeout(Duration::from_secs(30)).unwrap();
     let (fa, fb) = (flow(&veth, 41000, PORT), flow(&veth, 41001, PORT));
     let pool = pool();
     let ifname = veth.a.ifname.clone();

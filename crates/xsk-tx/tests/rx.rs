@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{check_payload, write_payload};
+use common::{Refill, check_payload, write_payload};
 use xsk_tx::packet::parse_udp;
 use xsk_tx::{AttachMode, MmapRegion, SocketConfig, Umem, XdpRedirect, XskSocket, netns};
 
@@ -68,6 +68,7 @@ fn receive_on(mode: AttachMode, test: &str) {
             let mut seen = vec![false; N as usize];
             let mut count = 0u64;
             let mut back = Vec::new();
+            let mut refill = Refill::default();
             let deadline = Instant::now() + Duration::from_secs(60);
             while count < N {
                 if Instant::now() > deadline {
@@ -80,6 +81,7 @@ fn receive_on(mode: AttachMode, test: &str) {
                     }
                     panic!("only {count} received; {:?}", sock.statistics());
                 }
+                refill.offer(&mut sock);
                 sock.poll_rx(100).unwrap();
                 back.clear();
                 sock.receive(64, |d| back.push(d)).unwrap();
@@ -99,10 +101,11 @@ fn receive_on(mode: AttachMode, test: &str) {
                         count += 1;
                     }
                     in_kernel.insert(frame_addr);
-                    assert_eq!(sock.fill(&[frame_addr]).unwrap(), 1);
+                    refill.give(&mut sock, frame_addr);
                 }
                 progress.store(count, Ordering::Release);
             }
+            refill.finish(&mut sock, deadline);
             (count, in_kernel.len(), sock.statistics().unwrap())
         })
         .unwrap();

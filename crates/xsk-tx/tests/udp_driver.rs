@@ -116,6 +116,6 @@ fn udp_counter_counts_datagrams_in_the_peer_namespace() {
             assert_eq!(s.send_batch(&[&p[..]; 50]).unwrap(), 50);
         })
         .unwrap();
-    assert_eq!(counter.wait_for(50, Duration::from_secs(5)), 50);
+    assert_eq!(counter.wait_for(50, Duration::from_secs(30)), 50);
     assert_eq!(counter.stop(), 50);
 }

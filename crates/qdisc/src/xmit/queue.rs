@@ -911,12 +911,14 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         // Packets the driver refused for good went to `to_free`: counted there, not as sent.
         let bytes_left: u64 = batch.iter().map(|p| p.len() as u64).sum();
         let dropped_bytes: u64 = to_free_bytes(to_free, to_free_len_before);
+        let sent_bytes = (bytes_before - bytes_left).saturating_sub(dropped_bytes);
         self.counters.sent.add_by_runner(res.sent as u64);
-        self.counters
-            .sent_bytes
-            .add_by_runner((bytes_before - bytes_left).saturating_sub(dropped_bytes));
+        self.counters.sent_bytes.add_by_runner(sent_bytes);
         if bypass {
+            // `__dev_xmit_skb`'s bypass branch: `qdisc_bstats_update` counts the packet's
+            // bytes as well as the packet in the qdisc's basic stats.
             self.counters.bypass.add_by_runner(res.sent as u64);
+            self.counters.bypass_bytes.add_by_runner(sent_bytes);
         }
         if res.stopped {
             self.counters.driver_stops.add_by_runner(1);
@@ -1344,6 +1346,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         let c = &self.counters;
         s.requeues += c.requeues.get();
         s.packets += c.bypass.get();
+        s.bytes += c.bypass_bytes.get();
         s.qlen += root.requeue.len() as u64;
         s.backlog += root.requeue.iter().map(|p| p.len() as u64).sum::<u64>();
         s

@@ -88,6 +88,7 @@ pub(crate) struct XmitCounters {
     pub(crate) sent: Counter,
     pub(crate) sent_bytes: Counter,
     pub(crate) bypass: Counter,
+    pub(crate) bypass_bytes: Counter,
     pub(crate) requeues: Counter,
     pub(crate) reschedules: Counter,
     pub(crate) drops: [Counter; DropReason::ALL.len()],
@@ -107,6 +108,7 @@ impl XmitCounters {
             sent: Counter::default(),
             sent_bytes: Counter::default(),
             bypass: Counter::default(),
+            bypass_bytes: Counter::default(),
             requeues: Counter::default(),
             reschedules: Counter::default(),
             drops: Default::default(),
@@ -132,6 +134,7 @@ impl XmitCounters {
             sent: self.sent.get(),
             sent_bytes: self.sent_bytes.get(),
             bypass: self.bypass.get(),
+            bypass_bytes: self.bypass_bytes.get(),
             requeues: self.requeues.get(),
             reschedules: self.reschedules.get(),
             drops: core::array::from_fn(|i| self.drops[i].get()),
@@ -156,6 +159,8 @@ pub struct XmitStats {
     pub sent_bytes: u64,
     /// Of `sent`, packets that bypassed the qdisc (sent directly by the caller).
     pub bypass: u64,
+    /// Of `sent_bytes`, the bytes of the packets that bypassed the qdisc.
+    pub bypass_bytes: u64,
     /// Packets the driver handed back (busy), requeued at the head.
     pub requeues: u64,
     /// Times a runner used up its quota with packets left (`__netif_schedule`).

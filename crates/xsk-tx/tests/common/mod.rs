@@ -114,7 +114,7 @@ pub fn spawn_udp_receiver(
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) =>
                 {
-                    if last.elapsed() > Duration::from_secs(10) {
+                    if last.elapsed() > Duration::from_secs(30) {
                         break;
                     }
                 }
@@ -124,7 +124,7 @@ pub fn spawn_udp_receiver(
         Received { count, seen }
     });
     ready_rx
-        .recv_timeout(Duration::from_secs(10))
+        .recv_timeout(Duration::from_secs(30))
         .expect("receiver did not start");
     h
 }
@@ -147,5 +147,47 @@ impl FreeFrames {
         a.sort_unstable();
         a.dedup();
         a.len() == self.total && self.addrs.len() == self.total
+    }
+}
+
+/// Received frames waiting to go back on one socket's fill ring.
+///
+/// A fill may take fewer addresses than offered even when the frames in flight could never
+/// overflow the ring: the kernel publishes the RX producer index before it releases the fill
+/// ring's consumer index (`xsk_flush`: `xskq_prod_submit(rx)`, then `__xskq_cons_release(fq)`),
+/// so right after a frame shows up on RX the fill ring can still look full. What did not fit
+/// stays here and is offered again on the next call.
+#[derive(Debug, Default)]
+pub struct Refill {
+    pending: Vec<u64>,
+}
+
+impl Refill {
+    /// Queues `addr` and offers everything pending to `sock`'s fill ring.
+    pub fn give(&mut self, sock: &mut xsk_tx::XskSocket, addr: u64) {
+        self.pending.push(addr);
+        self.offer(sock);
+    }
+
+    /// Offers everything pending; returns how many are still waiting.
+    pub fn offer(&mut self, sock: &mut xsk_tx::XskSocket) -> usize {
+        if !self.pending.is_empty() {
+            let n = sock.fill(&self.pending).unwrap();
+            self.pending.drain(..n);
+        }
+        self.pending.len()
+    }
+
+    /// Offers until nothing is pending; panics past `deadline` (the kernel releases the fill
+    /// ring's consumer index within its current flush, so this ends at once on a sane kernel).
+    pub fn finish(&mut self, sock: &mut xsk_tx::XskSocket, deadline: std::time::Instant) {
+        while self.offer(sock) > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} frames never fit back on the fill ring",
+                self.pending.len()
+            );
+            std::thread::yield_now();
+        }
     }
 }
