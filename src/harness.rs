@@ -1,11 +1,11 @@
 //! The transmit workload shared by the `xmit` criterion bench and the `pktgen` example: P
 //! producer threads allocate pool frames, write a packet and transmit it through one target,
-//! which is our engine (a [`TxQueue`] in front of any driver) or a peer a Rust user would pick
+//! which is our engine (a [`TxQueue`](qdisc::TxQueue) in front of any driver) or a peer a Rust user would pick
 //! instead.
 //!
 //! Producers allocate from one frame pool, so in-flight packets are bounded by it: a producer
 //! with no frame left flushes its pending frees and waits (backpressure), as a real dataplane
-//! does. Every packet ends sent, dropped with a reason, or still queued; a [`Cell`] counts all
+//! does. Every packet ends sent, dropped with a reason, or still queued; a [`Cell`](crate::harness::Cell) counts all
 //! three so callers can check the conservation law.
 
 use std::collections::VecDeque;
