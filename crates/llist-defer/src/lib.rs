@@ -37,3 +37,8 @@ pub use defer::{ConfigError, DEFAULT_BURST_LIMIT, DeferList, MAX_BURST_LIMIT, Pu
 pub use fifo::{Fifo, IntoIter};
 pub use link::{Boxed, Link, Node, NodeRef};
 pub use llist::{Chain, Iter, LList};
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -65,3 +65,8 @@ pub use xmit::{
 };
 /// `impl Packet for skb_pool::Skb`.
 mod skb_packet;
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -63,3 +63,8 @@ pub use region::{HugePages, Region};
 pub use remote::Wake;
 pub use skb::{OwnerId, Skb, SocketRef};
 pub use stats::{HandleStats, PoolStats};
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

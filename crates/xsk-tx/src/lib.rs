@@ -102,3 +102,8 @@ pub use udp::{UdpIoUring, UdpSendmmsg};
 pub use umem::{MIN_FRAME_SIZE, MmapRegion, Umem, UmemRegion, XDP_PACKET_HEADROOM};
 #[cfg(not(lockless_loom))]
 pub use xdp::{AttachMode, XdpRedirect, XskMap};
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
