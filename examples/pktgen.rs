@@ -9,6 +9,14 @@
 //! cargo run --release --example pktgen -- --json --duration 1
 //! ```
 //! Run with `--help` for every option and its default.
+//!
+//! `--json` prints one object per line (the final figures, or one per `--compare` cell):
+//! `threads`, `strategy` (`busylock`, `defer`, `nolock`, `mutex`, `segqueue`), `qdisc`, `burst`
+//! (packets per transmit call), `park` (producers out of frames sleep), `offered`, `sent`,
+//! `dropped`, `queued`, `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies
+//! `drops_by_reason` (an object keyed by kernel drop reason), `requeues` and `root_contended`;
+//! with `--veth`, also `received` (datagrams the kernel UDP socket in the peer namespace got).
+//! `offered = sent + dropped + queued` always holds.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
