@@ -24,8 +24,8 @@
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use llist_defer::{Boxed, DeferList, Pushed};
 use llist_defer::Fifo;
+use llist_defer::{Boxed, DeferList, Pushed};
 use qdisc::{Driver, Pfifo, Strategy, TestPacket, ToFree, TxQueue, TxResult};
 
 /// A user's batching stage: producers push work items onto a `DeferList`; the producer that
@@ -65,7 +65,11 @@ fn first_pusher_drains(limit: usize) {
         // and drains after its own push: by the time both producers are done, it is out.
         assert!(list.is_empty(), "an item was stranded on the list");
         let out = out.lock().unwrap();
-        assert_eq!(out.len() + refused.len(), 4, "out {out:?} refused {refused:?}");
+        assert_eq!(
+            out.len() + refused.len(),
+            4,
+            "out {out:?} refused {refused:?}"
+        );
         for t in 0..2u32 {
             let mine: Vec<u32> = out.iter().copied().filter(|x| x >> 8 == t).collect();
             assert!(mine.windows(2).all(|w| w[0] < w[1]), "reordered: {out:?}");
