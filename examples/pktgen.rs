@@ -11,8 +11,9 @@
 //! Run with `--help` for every option and its default.
 //!
 //! `--json` prints one object per line (the final figures, or one per `--compare` cell):
-//! `threads`, `strategy` (`busylock`, `defer`, `nolock`, `mutex`, `segqueue`), `qdisc`, `burst`
-//! (packets per transmit call), `park` (producers out of frames sleep), `offered`, `sent`,
+//! `threads`, `round` (of `--repeat`, from 0), `strategy` (`busylock`, `defer`, `nolock`,
+//! `mutex`, `segqueue`), `qdisc`, `burst` (packets per transmit call), `park` (producers out of
+//! frames sleep), `offered`, `sent`,
 //! `dropped`, `queued`, `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies
 //! `drops_by_reason` (an object keyed by kernel drop reason), `requeues` and `root_contended`;
 //! with `--veth`, also `received` (datagrams the kernel UDP socket in the peer namespace got).
@@ -114,6 +115,12 @@ struct Cli {
     /// (comma-separated, e.g. 1,2,4,8,16), each for --duration seconds, and print a table.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=1024))]
     compare: Option<Vec<u64>>,
+
+    /// With --compare: run the whole matrix this many times, each round in a rotated order, and
+    /// print per cell the median rate and CPU, and each ratio as the median (range) of the
+    /// in-round ratios: the noise of a shared machine falls on every contender alike.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    repeat: u64,
 
     /// Print the final figures (and each compare cell) as one JSON object per line.
     #[arg(long)]
@@ -564,7 +571,7 @@ fn single(cli: &Cli, w: &Workload) -> ExitCode {
 
 fn finish(cli: &Cli, w: &Workload, cell: &Cell, received: Option<u64>) -> ExitCode {
     if cli.json {
-        let mut line = json_cell(cell, w, None);
+        let mut line = json_cell(cell, w, None, 0);
         if let Some(r) = received {
             line.pop();
             line.push_str(&format!(",\"received\":{r}}}"));
@@ -643,34 +650,44 @@ fn report(cell: &Cell, w: &Workload) {
 }
 
 fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
-    let mut rows: Vec<(u64, Contender, Cell)> = Vec::new();
+    let mut rows: Vec<CompareRow> = Vec::new();
     if !cli.json {
         println!(
-            "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell",
+            "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell, {} round(s)",
             base.qdisc.name(),
             base.driver_ns,
             base.size,
-            cli.duration
+            cli.duration,
+            cli.repeat
         );
     }
     let mut ok = true;
-    for &threads in counts {
-        for contender in Contender::ALL {
-            let w = Workload {
-                contender,
-                producers: threads as usize,
-                ..base.clone()
-            };
-            let cell = harness::run(&w, &mut |_| {});
-            ok &= cell.conserved();
-            if cli.json {
-                println!("{}", json_cell(&cell, &w, Some(threads)));
+    for round in 0..cli.repeat as usize {
+        for &threads in counts {
+            // Rotate the order each round so that no contender always runs first or last.
+            for k in 0..Contender::ALL.len() {
+                let contender = Contender::ALL[(k + round) % Contender::ALL.len()];
+                let w = Workload {
+                    contender,
+                    producers: threads as usize,
+                    ..base.clone()
+                };
+                let cell = harness::run(&w, &mut |_| {});
+                ok &= cell.conserved();
+                if cli.json {
+                    println!("{}", json_cell(&cell, &w, Some(threads), round));
+                }
+                rows.push(CompareRow {
+                    round,
+                    threads,
+                    contender,
+                    cell,
+                });
             }
-            rows.push((threads, contender, cell));
         }
     }
     if !cli.json {
-        print!("{}", compare_table(&rows));
+        print!("{}", compare_table(&rows, counts));
     }
     if ok {
         ExitCode::SUCCESS
@@ -679,39 +696,75 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     }
 }
 
-/// The before/after table: every cell, then each strategy against busylock and the best peer.
-fn compare_table(rows: &[(u64, Contender, Cell)]) -> String {
+/// One cell of one round of `--compare`.
+struct CompareRow {
+    round: usize,
+    threads: u64,
+    contender: Contender,
+    cell: Cell,
+}
+
+/// The before/after table: per thread count and contender the median rate, CPU per packet and
+/// the largest drop count over the rounds, then the contender against busylock and against the
+/// best peer (mutex or segqueue) of the same round, as the median and range of those ratios.
+fn compare_table(rows: &[CompareRow], counts: &[u64]) -> String {
+    let rounds = rows.iter().map(|r| r.round + 1).max().unwrap_or(0);
+    let pps = |round: usize, threads: u64, c: Contender| {
+        rows.iter()
+            .find(|r| r.round == round && r.threads == threads && r.contender == c)
+            .map_or(f64::NAN, |r| r.cell.pps())
+    };
+    let ratio = |xs: Vec<f64>| {
+        let (lo, hi) = xs
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                (lo.min(x), hi.max(x))
+            });
+        if xs.len() > 1 {
+            format!("{:.2}x ({lo:.2}–{hi:.2})", harness::median(&xs))
+        } else {
+            format!("{:.2}x", harness::median(&xs))
+        }
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
         "\n| threads | strategy | Mpps | drops | CPU ns/pkt | vs busylock | vs best peer |"
     );
     let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|");
-    for &(threads, contender, ref cell) in rows {
-        let same = |c: Contender| {
-            rows.iter()
-                .find(|(t, k, _)| *t == threads && *k == c)
-                .map(|(_, _, cell)| cell.pps())
-        };
-        let busy = same(Contender::Engine(Strategy::BusyLock)).unwrap_or(f64::NAN);
-        let peer = same(Contender::Mutex)
-            .unwrap_or(0.0)
-            .max(same(Contender::SegQueue).unwrap_or(0.0));
-        let _ = writeln!(
-            out,
-            "| {threads} | {} | {:.2} | {} | {:.0} | {:.2}x | {:.2}x |",
-            contender.name(),
-            cell.pps() / 1e6,
-            cell.dropped,
-            cell.cpu_ns_per_pkt(),
-            cell.pps() / busy,
-            cell.pps() / peer
-        );
+    for &threads in counts {
+        for contender in Contender::ALL {
+            let mine: Vec<&CompareRow> = rows
+                .iter()
+                .filter(|r| r.threads == threads && r.contender == contender)
+                .collect();
+            let mpps: Vec<f64> = mine.iter().map(|r| r.cell.pps() / 1e6).collect();
+            let cpu: Vec<f64> = mine.iter().map(|r| r.cell.cpu_ns_per_pkt()).collect();
+            let drops = mine.iter().map(|r| r.cell.dropped).max().unwrap_or(0);
+            let per_round = |base: &dyn Fn(usize) -> f64| {
+                (0..rounds)
+                    .map(|k| pps(k, threads, contender) / base(k))
+                    .collect::<Vec<f64>>()
+            };
+            let vs_busy = per_round(&|k| pps(k, threads, Contender::Engine(Strategy::BusyLock)));
+            let vs_peer = per_round(&|k| {
+                pps(k, threads, Contender::Mutex).max(pps(k, threads, Contender::SegQueue))
+            });
+            let _ = writeln!(
+                out,
+                "| {threads} | {} | {:.2} | {drops} | {:.0} | {} | {} |",
+                contender.name(),
+                harness::median(&mpps),
+                harness::median(&cpu),
+                ratio(vs_busy),
+                ratio(vs_peer)
+            );
+        }
     }
     out
 }
 
-fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>) -> String {
+fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>, round: usize) -> String {
     let mut s = String::from("{");
     let mut field = |k: &str, v: String| {
         if s.len() > 1 {
@@ -724,6 +777,7 @@ fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>) -> String {
     } else {
         field("threads", w.producers.to_string());
     }
+    field("round", round.to_string());
     field("strategy", format!("\"{}\"", w.contender.name()));
     field("qdisc", format!("\"{}\"", w.qdisc.name()));
     field("burst", w.burst.to_string());

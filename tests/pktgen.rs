@@ -134,6 +134,47 @@ fn compare_prints_one_json_cell_per_strategy_and_thread_count() {
     }
 }
 
+/// `--repeat`: every cell once per round (rounds numbered in the JSON), and a table whose
+/// ratios are the median and range of the in-round ratios.
+#[test]
+fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
+    let out = run(&[
+        "--compare",
+        "1",
+        "--repeat",
+        "2",
+        "--duration",
+        "0.2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for round in ["0", "1"] {
+        let cells = stdout
+            .lines()
+            .filter(|l| field(l, "round") == Some(round))
+            .count();
+        assert_eq!(cells, 5, "round {round}: one cell per contender: {stdout}");
+    }
+    let out = run(&["--compare", "1", "--repeat", "2", "--duration", "0.2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| 1 |")).collect();
+    assert_eq!(rows.len(), 5, "one row per contender: {stdout}");
+    for row in rows {
+        // "| 1 | defer | Mpps | drops | cpu | 1.00x (1.00–1.00) | 0.93x (0.90–0.96) |"
+        assert_eq!(row.matches('–').count(), 2, "two ratio ranges: {row}");
+    }
+}
+
 /// Bursts through `xmit_bulk` (and the peers' burst paths), with a pool so small that the
 /// producers' partial bursts together hold most of it: every cell sends and conserves.
 /// Runs `--compare 1,4` (or `counts`) on 128 frames with `extra` options and checks every
