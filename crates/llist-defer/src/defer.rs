@@ -231,7 +231,8 @@ impl<N: Node> DeferList<N> {
         Ok(list)
     }
 
-    /// The burst limit.
+    /// The burst limit: a push is refused once this many pushes have joined a batch behind its
+    /// first (`net.core.qdisc_max_burst`).
     pub fn limit(&self) -> usize {
         self.limit
     }

@@ -282,12 +282,13 @@ impl<Q: Qdisc<Skb>> XskDevice<Q> {
         }
     }
 
-    /// The queues.
+    /// The per-queue transmit queues: entry `i` sends on NIC queue `i`, through its own
+    /// `TxQueue`, socket and driver.
     pub fn queues(&self) -> &[XskTxQueue<Q>] {
         &self.queues
     }
 
-    /// Number of queues.
+    /// How many NIC queues this device transmits on (one socket each).
     pub fn queue_count(&self) -> usize {
         self.queues.len()
     }

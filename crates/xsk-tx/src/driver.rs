@@ -174,7 +174,8 @@ impl XskDriver {
         self.max_len
     }
 
-    /// This driver's counters.
+    /// This driver's counters: packets and bytes put on the TX ring, completions reaped,
+    /// frames in the kernel, refusals, ring-full stops and kick errors.
     pub fn stats(&self) -> XskDriverStats {
         self.counters.snapshot()
     }

@@ -42,7 +42,7 @@ impl PoolRegion {
         })
     }
 
-    /// The pool.
+    /// The frame pool whose region this UMEM registers.
     pub fn pool(&self) -> &Pool {
         &self.pool
     }

@@ -159,7 +159,7 @@ impl XskRx {
         }
     }
 
-    /// Counters.
+    /// Frames filled, packets received, bad descriptors and frames now in the kernel.
     pub fn stats(&self) -> XskRxStats {
         self.stats
     }
