@@ -30,6 +30,10 @@ pub struct TestMeta {
     pub ce: bool,
     /// The socket's pacing rate (bytes/s) reported by [`Packet::pacing_rate`].
     pub pacing_rate: Option<u64>,
+    /// The socket's `SO_MAX_PACING_RATE` (bytes/s) reported by [`Packet::max_pacing_rate`].
+    pub max_pacing_rate: Option<u64>,
+    /// Whether the socket is TCP ([`Packet::is_tcp`]).
+    pub tcp: bool,
 }
 
 /// A boxed packet with an intrusive link: one allocation at creation, none when queued.
@@ -54,6 +58,8 @@ impl TestPacket {
             tstamp: None,
             ce: false,
             pacing_rate: None,
+            max_pacing_rate: None,
+            tcp: false,
         }))
     }
 
@@ -78,6 +84,18 @@ impl TestPacket {
     /// Sets the socket pacing rate in bytes per second.
     pub fn with_pacing_rate(mut self, rate: u64) -> Self {
         self.0.pacing_rate = Some(rate);
+        self
+    }
+
+    /// Sets the socket's `SO_MAX_PACING_RATE` in bytes per second.
+    pub fn with_max_pacing_rate(mut self, rate: u64) -> Self {
+        self.0.max_pacing_rate = Some(rate);
+        self
+    }
+
+    /// Marks the socket as TCP (or not).
+    pub fn with_tcp(mut self, tcp: bool) -> Self {
+        self.0.tcp = tcp;
         self
     }
 
@@ -133,5 +151,13 @@ impl Packet for TestPacket {
     #[inline]
     fn pacing_rate(&self) -> Option<u64> {
         self.0.pacing_rate
+    }
+    #[inline]
+    fn max_pacing_rate(&self) -> Option<u64> {
+        self.0.max_pacing_rate
+    }
+    #[inline]
+    fn is_tcp(&self) -> bool {
+        self.0.tcp
     }
 }
