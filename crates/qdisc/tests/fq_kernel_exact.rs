@@ -389,3 +389,29 @@ fn reused_socket_restarts_its_flow_and_leaves_the_delayed_time_stale() {
     assert_eq!(ids(&mut q, 2), [1]);
     q.check_invariants().unwrap();
 }
+
+#[test]
+fn reset_keeps_the_stale_delayed_time_which_closes_the_fast_path_until_a_dequeue() {
+    // fq_reset clears the flows, lists, counters and the delayed tree, not
+    // q->time_next_delayed_flow; fq_fastpath_check refuses a packet when qlen != 0 and
+    // `q->time_next_delayed_flow <= now + q->offload_horizon`; fq_check_throttled (in the
+    // next fq_dequeue) finds it due and sets it to ~0ULL.
+    let c = clock();
+    let t0 = c.now_ns();
+    let mut q: TestFq = fq_builder(&c).build().unwrap();
+    enq(&mut q, pkt(1, 100, sock(1)).with_tstamp(t0 + MS));
+    assert!(q.dequeue().is_none());
+    assert_eq!(q.fq_stats().next_delayed_flow_ns, Some(t0 + MS));
+    let mut tf = qdisc::ToFree::new();
+    q.reset(&mut tf, qdisc::DropReason::Deactivated);
+    assert_eq!(q.fq_stats().next_delayed_flow_ns, Some(t0 + MS));
+    c.set(t0 + 2 * MS);
+    enq(&mut q, pkt(2, 100, sock(2))); // qlen 0: fast path
+    enq(&mut q, pkt(3, 100, sock(3))); // the stale time is due: a flow
+    let st = q.fq_stats();
+    assert_eq!((st.fastpath_packets, st.flows), (1, 1));
+    assert_eq!(ids(&mut q, 3), [2, 3]);
+    assert_eq!(q.fq_stats().next_delayed_flow_ns, None);
+    enq(&mut q, pkt(4, 100, sock(4)));
+    assert_eq!(q.fq_stats().fastpath_packets, 2);
+}

@@ -44,7 +44,9 @@ pub struct FqConfig {
     pub maxrate: Option<u64>,
     /// `pacing` / `nopacing` (`rate_enable`).
     pub rate_enable: bool,
-    /// `buckets` as a log2 (default 10, 1024 buckets; sizes the table's initial capacity).
+    /// `buckets` as a log2 (default 10, 1024 buckets): picks a flow's bucket
+    /// (`hash_ptr(sk, buckets_log)`), where garbage collection looks, and sizes the table's
+    /// initial capacity.
     pub buckets_log: u8,
     /// `refill_delay` in ns as given (default 40 ms; whole µs, the unit `tc` sends).
     pub refill_delay_ns: u64,
@@ -234,7 +236,8 @@ impl FqBuilder {
         self
     }
 
-    /// `refill_delay`, up to `u32::MAX` µs.
+    /// `refill_delay`, up to `u32::MAX` µs (whole µs, as `tc` sends it; FQ waits for it in
+    /// jiffies, rounded up: see [`hz`](FqBuilder::hz)).
     pub fn refill_delay(mut self, d: Duration) -> Self {
         self.refill_delay = d;
         self
@@ -246,13 +249,13 @@ impl FqBuilder {
         self
     }
 
-    /// `low_rate_threshold` in bytes per second.
+    /// `low_rate_threshold` in bytes per second, up to `u32::MAX`.
     pub fn low_rate_threshold(mut self, bytes_per_sec: u64) -> Self {
         self.low_rate_threshold = bytes_per_sec;
         self
     }
 
-    /// `ce_threshold`, up to `u32::MAX` µs.
+    /// `ce_threshold`, up to `u32::MAX` µs (whole µs, as `tc` sends it).
     pub fn ce_threshold(mut self, d: Duration) -> Self {
         self.ce_threshold = Some(d);
         self
@@ -264,7 +267,7 @@ impl FqBuilder {
         self
     }
 
-    /// `horizon`, up to `u32::MAX` µs.
+    /// `horizon`, up to `u32::MAX` µs (whole µs, as `tc` sends it).
     pub fn horizon(mut self, d: Duration) -> Self {
         self.horizon = d;
         self

@@ -490,7 +490,7 @@ impl<P: Packet> Fq<P> {
         if want.count() as u32 != listed {
             return Err("a listed flow is on no list".into());
         }
-        Ok(())
+        self.table.check_gc()
     }
 
     /// Entries in the GC age queue (a bounded bookkeeping structure; exposed for tests).
@@ -562,7 +562,8 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
         }
         self.band_pkt_count = [0; FQ_BANDS];
         self.delayed.clear();
-        self.time_next_delayed_flow = u64::MAX;
+        // fq_reset leaves q->time_next_delayed_flow as it was: until a dequeue finds it due and
+        // clears it, a stale time in the past keeps the fast path closed to a second packet.
         self.flows = 0;
         self.inactive_flows = 0;
         self.throttled_flows = 0;

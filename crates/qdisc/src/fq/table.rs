@@ -507,16 +507,43 @@ impl<P: Packet> FlowTable<P> {
         freed
     }
 
-    /// The flows on `key`'s bucket's candidate list, oldest first (for tests).
-    #[cfg(test)]
-    pub(super) fn candidates_of(&self, key: u128) -> Vec<u32> {
-        let mut out = vec![];
-        let mut i = self.gc_lists[self.bucket(key)].first;
-        while i != NIL {
-            out.push(i);
-            i = self.cold[i as usize].gc_next;
+    /// Whether the candidate lists hold exactly the flagged flows, each detached and in its own
+    /// bucket, linked both ways (for invariant checks).
+    pub(super) fn check_gc(&self) -> Result<(), String> {
+        let mut n = 0;
+        for (b, l) in self.gc_lists.iter().enumerate() {
+            let (mut i, mut prev) = (l.first, NIL);
+            while i != NIL {
+                n += 1;
+                if n > self.candidates {
+                    return Err("GC candidate lists hold more than counted".into());
+                }
+                let (f, c) = (&self.slots[i as usize], &self.cold[i as usize]);
+                if !f.in_gc() || f.state != FlowState::Detached || f.qlen != 0 {
+                    return Err(format!(
+                        "flow {i} on a GC list but not a detached candidate"
+                    ));
+                }
+                if self.bucket(c.key) != b || c.gc_prev != prev {
+                    return Err(format!("flow {i} misplaced on GC list {b}"));
+                }
+                (prev, i) = (i, c.gc_next);
+            }
+            if l.last != prev {
+                return Err(format!("GC list {b}: wrong last"));
+            }
         }
-        out
+        let flagged = self
+            .live()
+            .filter(|&i| self.slots[i as usize].in_gc())
+            .count();
+        if n != self.candidates || flagged != n {
+            return Err(format!(
+                "GC candidates: {n} listed, {flagged} flagged, {} counted",
+                self.candidates
+            ));
+        }
+        Ok(())
     }
 
     /// Removes every flow (the caller has purged their packets).
