@@ -60,7 +60,8 @@ pub(super) fn usecs_to_jiffies(u: u32, hz: u32) -> u64 {
     let (u, hz64) = (u64::from(u), u64::from(hz));
     if USEC_PER_SEC % hz64 == 0 {
         let per = USEC_PER_SEC / hz64;
-        (u + per - 1) / per
+        // (u + (USEC_PER_SEC / HZ) - 1) / (USEC_PER_SEC / HZ), in unsigned long
+        u.div_ceil(per)
     } else {
         let (mul, adj, shr) = usec_to_hz32(hz64);
         mul.wrapping_mul(u).wrapping_add(adj) >> shr

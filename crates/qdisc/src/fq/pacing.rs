@@ -25,8 +25,9 @@ pub(super) struct Paced {
 #[inline]
 pub(super) fn pace(plen: u32, rate: u64, now: u64, prev_tnp: u64) -> Paced {
     let mut len = u64::from(plen) * MAX_DELAY_NS;
-    if rate != 0 {
-        len /= rate;
+    // if (likely(rate)) len = div64_ul(len, rate);
+    if let Some(per_rate) = len.checked_div(rate) {
+        len = per_rate;
     }
     let too_long = len > MAX_DELAY_NS;
     if too_long {
