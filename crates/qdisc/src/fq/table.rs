@@ -578,8 +578,9 @@ impl<P: Packet> FlowTable<P> {
 
 #[cfg(test)]
 mod tests {
-    use super::FlowTable;
+    use super::{FlowTable, hash_ptr};
     use crate::TestPacket;
+    use crate::fq::flow::FlowState;
     use std::collections::HashMap;
 
     /// Inserts, frees (backward-shift deletion) and resizes on a small, crowded index agree with
@@ -627,5 +628,55 @@ mod tests {
         live.sort_unstable();
         want.sort_unstable();
         assert_eq!(live, want);
+    }
+
+    /// GC in one bucket: candidates become so only after 3·HZ jiffies past their odd age, leave
+    /// oldest detachment first, at most 8, never the looked-up key, and never from another
+    /// bucket; a rebuild for a new bucket count frees every candidate.
+    #[test]
+    fn gc_takes_the_oldest_candidates_of_the_looked_up_bucket() {
+        let log = 2;
+        let bucket_of = |key: u128| hash_ptr(key as u64, log);
+        let mut t: FlowTable<TestPacket> = FlowTable::new(log);
+        // Socket keys (id << 1) of bucket 0 and of bucket 1.
+        let keys = |b: usize| {
+            (0u128..)
+                .map(|id| id << 1)
+                .filter(move |&k| bucket_of(k) == b)
+        };
+        let b0: Vec<u128> = keys(0).take(14).collect();
+        let b1: Vec<u128> = keys(1).take(3).collect();
+        let mut slot = HashMap::new();
+        for (n, &k) in b0.iter().chain(&b1).enumerate() {
+            let idx = t.insert(k, 0, 1).unwrap();
+            // Detached at jiffies 100 + n: ages 101, 101, 103, 103, ...
+            t.set_detached(idx, 100 + n as u64);
+            slot.insert(k, idx);
+        }
+        let gc_age = 3000;
+        // Jiffy 3101 is not after 101 + 3000: nothing yet.
+        assert_eq!(t.gc(3101, gc_age, b0[10]), 0);
+        // Jiffy 3104: the four oldest of bucket 0 (ages 101, 101, 103, 103) are candidates.
+        assert_eq!(t.gc(3104, gc_age, b0[10]), 4);
+        t.check_gc().unwrap();
+        for k in &b0[..4] {
+            assert_eq!(t.lookup(*k), None);
+        }
+        // Much later every flow is a candidate: 8 of the 10 left in bucket 0 go, oldest first,
+        // skipping the looked-up key b0[5]: b0[13], the youngest, stays; bucket 1 is untouched.
+        assert_eq!(t.gc(10_000, gc_age, b0[5]), 8);
+        assert!(t.lookup(b0[5]).is_some());
+        assert!(t.lookup(b0[13]).is_some());
+        assert!(b0[6..13].iter().all(|k| t.lookup(*k).is_none()));
+        assert!(b1.iter().all(|k| t.lookup(*k).is_some()));
+        t.check_gc().unwrap();
+        // A reattached candidate leaves its list.
+        t.reattach(slot[&b1[0]]);
+        t.get_mut(slot[&b1[0]]).state = FlowState::Listed;
+        t.check_gc().unwrap();
+        // Resizing frees every remaining candidate (b0[5], b0[13], b1[1], b1[2]), in any bucket.
+        assert_eq!(t.resize(3, 10_000, gc_age), 4);
+        assert_eq!(t.len(), 1);
+        t.check_gc().unwrap();
     }
 }
