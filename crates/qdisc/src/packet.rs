@@ -9,7 +9,14 @@ use llist_defer::Node;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FlowKey {
     /// A connected socket (the kernel's `skb->sk` pointer): `id` names it, `hash` is its
-    /// `sk_hash` (a change of hash on the same id means the socket was reused).
+    /// `sk_hash`. FQ models the socket's address as `id << 1` (even, like an aligned pointer;
+    /// it picks the flow's bucket, `hash_ptr(sk, buckets_log)`).
+    ///
+    /// A new `hash` on a known `id` is how this model says "the socket was freed and its
+    /// memory reused for another socket" (`fq_classify`'s `f->socket_hash != sk->sk_hash`
+    /// branch): FQ then restarts the flow with `initial_quantum` credit, takes it out of the
+    /// delayed set if it was throttled (onto its band's old list) and forgets its pacing time
+    /// (`time_next_packet = 0`). It is the only way to reach that branch.
     Socket {
         /// A stable identity of the socket.
         id: u64,
@@ -60,11 +67,25 @@ pub trait Packet: Node + Send {
     fn tstamp(&self) -> Option<u64>;
     /// Marks the packet ECN Congestion Experienced (FQ's `ce_threshold`).
     fn mark_ce(&mut self);
-    /// The sending socket's pacing rate in bytes per second (`sk->sk_pacing_rate`), if it has
-    /// one. FQ paces packets without an EDT stamp of a socket flow at this rate; `None` means
+    /// The sending socket's pacing rate in bytes per second (`sk->sk_pacing_rate`, what TCP's
+    /// `tcp_update_pacing_rate` sets), if it has one. FQ paces a socket's packets without an
+    /// EDT stamp at this rate (capped by [`max_pacing_rate`](Packet::max_pacing_rate), as the
+    /// socket layer caps `sk_pacing_rate`); `None` and `Some(u64::MAX)` (`~0UL`) mean
     /// unlimited. Orphan packets have no socket, so FQ ignores it for them.
     fn pacing_rate(&self) -> Option<u64> {
         None
+    }
+    /// The sending socket's `SO_MAX_PACING_RATE` in bytes per second
+    /// (`sk->sk_max_pacing_rate`), the user's cap; `None` and `Some(u64::MAX)` mean unlimited.
+    /// Besides capping the pacing rate, a finite cap on a socket that is not TCP keeps its
+    /// packets off FQ's unpaced fast path (`fq_fastpath_check`). Ignored for orphans.
+    fn max_pacing_rate(&self) -> Option<u64> {
+        None
+    }
+    /// Whether the sending socket is TCP (`sk_is_tcp(skb->sk)`): FQ's fast path ignores the
+    /// `SO_MAX_PACING_RATE` of a TCP socket, which paces itself. Ignored for orphans.
+    fn is_tcp(&self) -> bool {
+        false
     }
 }
 

@@ -22,14 +22,21 @@ pub struct TestMeta {
     pub id: u64,
     /// `skb->priority`.
     pub priority: u32,
+    /// Set by [`Packet::mark_ce`].
+    pub ce: bool,
+    /// Whether the socket is TCP ([`Packet::is_tcp`]). (It and `ce` sit in the padding after
+    /// `priority`.)
+    pub tcp: bool,
     /// Flow identity.
     pub flow: FlowKey,
     /// Earliest departure time, monotonic ns.
     pub tstamp: Option<u64>,
-    /// Set by [`Packet::mark_ce`].
-    pub ce: bool,
     /// The socket's pacing rate (bytes/s) reported by [`Packet::pacing_rate`].
     pub pacing_rate: Option<u64>,
+    /// The socket's `SO_MAX_PACING_RATE` (bytes/s) reported by [`Packet::max_pacing_rate`],
+    /// stored as the kernel stores `sk_max_pacing_rate`: `u64::MAX` (`~0UL`) is no cap. (A
+    /// plain `u64` keeps the packet at the 80 bytes it had before the socket fields.)
+    pub max_pacing_rate: u64,
 }
 
 /// A boxed packet with an intrusive link: one allocation at creation, none when queued.
@@ -54,6 +61,8 @@ impl TestPacket {
             tstamp: None,
             ce: false,
             pacing_rate: None,
+            max_pacing_rate: u64::MAX,
+            tcp: false,
         }))
     }
 
@@ -78,6 +87,18 @@ impl TestPacket {
     /// Sets the socket pacing rate in bytes per second.
     pub fn with_pacing_rate(mut self, rate: u64) -> Self {
         self.0.pacing_rate = Some(rate);
+        self
+    }
+
+    /// Sets the socket's `SO_MAX_PACING_RATE` in bytes per second.
+    pub fn with_max_pacing_rate(mut self, rate: u64) -> Self {
+        self.0.max_pacing_rate = rate;
+        self
+    }
+
+    /// Marks the socket as TCP (or not).
+    pub fn with_tcp(mut self, tcp: bool) -> Self {
+        self.0.tcp = tcp;
         self
     }
 
@@ -133,5 +154,25 @@ impl Packet for TestPacket {
     #[inline]
     fn pacing_rate(&self) -> Option<u64> {
         self.0.pacing_rate
+    }
+    #[inline]
+    fn max_pacing_rate(&self) -> Option<u64> {
+        (self.0.max_pacing_rate != u64::MAX).then_some(self.0.max_pacing_rate)
+    }
+    #[inline]
+    fn is_tcp(&self) -> bool {
+        self.0.tcp
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    use super::TestMeta;
+
+    /// The socket fields added for FQ (TCP flag, max pacing rate) fit in the 80 bytes a
+    /// packet's fields took before them (a larger packet moves to a larger malloc chunk).
+    #[test]
+    fn test_meta_stays_80_bytes() {
+        assert_eq!(core::mem::size_of::<TestMeta>(), 80);
     }
 }

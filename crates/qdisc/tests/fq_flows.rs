@@ -31,7 +31,7 @@ fn idle_qdisc_uses_the_fast_path_up_to_eight_packets() {
 }
 
 #[test]
-fn fast_path_refused_for_maxrate_future_stamps_and_rated_sockets() {
+fn fast_path_refused_for_maxrate_future_stamps_and_capped_non_tcp_sockets() {
     let c = clock();
     let now = 1_000_000_000;
     let mut q: TestFq = fq_builder(&c).maxrate(1_000_000).build().unwrap();
@@ -42,10 +42,19 @@ fn fast_path_refused_for_maxrate_future_stamps_and_rated_sockets() {
     enq(&mut q, pkt(0, 100, sock(1)).with_tstamp(now + 1_000));
     assert_eq!(q.fq_stats().fastpath_packets, 0);
 
+    // fq_fastpath_check tests sk_max_pacing_rate, not sk_pacing_rate: a socket's pacing rate
+    // alone leaves the fast path open.
     let mut q: TestFq = fq_builder(&c).build().unwrap();
     enq(
         &mut q,
         pkt(0, 100, FlowKey::Unconnected { hash: 9 }).with_pacing_rate(1_000_000),
+    );
+    assert_eq!(q.fq_stats().fastpath_packets, 1);
+    // A finite SO_MAX_PACING_RATE on an unconnected (non-TCP) socket closes it.
+    let mut q: TestFq = fq_builder(&c).build().unwrap();
+    enq(
+        &mut q,
+        pkt(0, 100, FlowKey::Unconnected { hash: 9 }).with_max_pacing_rate(1_000_000),
     );
     assert_eq!(q.fq_stats().fastpath_packets, 0);
 
@@ -57,6 +66,12 @@ fn fast_path_refused_for_maxrate_future_stamps_and_rated_sockets() {
     // ... but a flow now has a packet, so the qdisc is not idle
     assert_eq!(q.fq_stats().fastpath_packets, 0);
     q.set_socket_max_pacing_rate(4, None);
+
+    // The same cap on a TCP socket does not (!sk_is_tcp(sk) in fq_fastpath_check).
+    let mut q: TestFq = fq_builder(&c).build().unwrap();
+    q.set_socket_max_pacing_rate(4, Some(1_000_000));
+    enq(&mut q, pkt(0, 100, sock(4)).with_tcp(true));
+    assert_eq!(q.fq_stats().fastpath_packets, 1);
 
     // A stamp within the offload horizon is fine.
     let mut q: TestFq = fq_builder(&c)
@@ -189,9 +204,10 @@ fn churn(q: &mut TestFq, bulk: u64, rounds: usize, next_id: &mut u64) {
 }
 
 #[test]
-fn emptied_flows_detach_and_gc_frees_at_most_eight_per_lookup() {
+fn emptied_flows_detach_and_gc_frees_at_most_eight_per_lookup_in_its_bucket() {
     let c = clock();
-    let mut q: TestFq = no_fastpath(fq_builder(&c)).build().unwrap();
+    // Two buckets, so that each holds about half of the idle flows.
+    let mut q: TestFq = no_fastpath(fq_builder(&c)).buckets_log(1).build().unwrap();
     let mut id = 0;
     churn(&mut q, 1000, 10, &mut id);
     for f in 0..20 {
@@ -203,25 +219,43 @@ fn emptied_flows_detach_and_gc_frees_at_most_eight_per_lookup() {
     assert_eq!(st.inactive_flows, 20, "every short flow emptied");
     assert_eq!(st.gc_flows, 0);
 
-    // Not yet 3 s old: nothing collected.
-    c.advance(2 * S);
+    // Detached at jiffy 1000: age 1001, a candidate from jiffy 4002 on
+    // (time_after(jiffies, f->age + FQ_GC_AGE) in fq_gc_candidate). Not yet at 4001.
+    c.advance(3 * S + 1_000_000);
     enq(&mut q, pkt(9000, 100, sock(100)));
     assert_eq!(q.fq_stats().gc_flows, 0);
 
-    c.advance(S + 1);
-    let mut freed = vec![];
-    for k in 0..4 {
-        let before = q.fq_stats().gc_flows;
-        enq(&mut q, pkt(9100 + k, 100, sock(200 + k)));
-        freed.push(q.fq_stats().gc_flows - before);
+    c.advance(1_000_000);
+    let in_bucket = |q: &TestFq, b: usize| -> Vec<u64> {
+        (0..20)
+            .filter(|&f| q.bucket_of(sock(f)) == b && q.has_flow(sock(f)))
+            .collect()
+    };
+    for b in [0, 1] {
+        let other = in_bucket(&q, 1 - b);
+        let mut want = in_bucket(&q, b).len();
+        assert!(want > 0, "both buckets hold idle flows");
+        let probes: Vec<u64> = (200..)
+            .filter(|&s| q.bucket_of(sock(s)) == b)
+            .take(3)
+            .collect();
+        for p in probes {
+            let before = q.fq_stats().gc_flows;
+            enq(&mut q, pkt(9100 + p, 100, sock(p)));
+            let freed = q.fq_stats().gc_flows - before;
+            assert_eq!(freed as usize, want.min(8), "bucket {b}");
+            want -= freed as usize;
+            // fq_gc only looks in the bucket of the lookup.
+            assert_eq!(in_bucket(&q, 1 - b), other);
+        }
+        assert!(in_bucket(&q, b).is_empty());
     }
-    assert_eq!(freed, [8, 8, 4, 0]);
     let st = q.fq_stats();
-    assert_eq!(st.flows, 21 + 1 + 4 - 20);
+    assert_eq!(st.flows, 21 + 1 + 6 - 20);
     assert_eq!(
         st.inactive_flows,
-        st.flows - 6,
-        "bulk, 9000 and the four new flows have packets"
+        st.flows - 8,
+        "bulk, 9000 and the six probes have packets"
     );
     q.check_invariants().unwrap();
     // The bookkeeping queue stays small.

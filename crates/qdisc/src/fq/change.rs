@@ -27,7 +27,8 @@ impl<P: Packet> Fq<P> {
     /// some (a fresh [`FqBuilder::new`] means "every option back to its default"). The device
     /// properties are this qdisc's: the builder's `psched_mtu` and `max_pacing_offload_horizon`
     /// are replaced by the ones given when this FQ was built (default quanta derive from that
-    /// MTU, and `offload_horizon` is checked against that maximum), and its clock is ignored.
+    /// MTU, and `offload_horizon` is checked against that maximum), as is its `hz` (a kernel
+    /// property), and its clock is ignored.
     ///
     /// # Errors
     ///
@@ -57,7 +58,8 @@ impl<P: Packet> Fq<P> {
     ///   falls below.
     /// - **`buckets`**: the flow index is rebuilt for the new size (`fq_resize`); every flow
     ///   keeps its packets, order, credit, list position and throttling. As the kernel's rehash
-    ///   does, detached empty flows idle for more than 3 s are freed on the way (`gc_flows`).
+    ///   does, every GC candidate (a detached flow whose age is more than 3·HZ jiffies old) is
+    ///   freed on the way (`gc_flows`), and later GC looks in the new buckets.
     ///   Nothing happens if the size is unchanged.
     /// - **`quantum`**, **`weights`**: existing flow and band credits are kept; the new values
     ///   apply at the next refill of each (the next round).
@@ -109,16 +111,18 @@ impl<P: Packet> Fq<P> {
         let cfg = options
             .psched_mtu(self.psched_mtu)
             .max_pacing_offload_horizon(self.max_offload_horizon)
+            .hz(self.cfg.hz)
             .validate()?;
 
         if cfg.buckets_log != self.cfg.buckets_log {
-            let freed = self.table.resize(cfg.buckets_log, self.clock.now_ns());
+            let jiffies = self.jiffies(self.clock.now_ns());
+            let freed = self.table.resize(cfg.buckets_log, jiffies, self.gc_age());
             self.flows -= freed;
             self.inactive_flows -= freed;
             self.counters.gc_flows += u64::from(freed);
         }
         for (band, &w) in self.bands.iter_mut().zip(&cfg.weights) {
-            band.quantum = i64::from(w);
+            band.quantum = w as i32;
         }
         self.admitted_limit = self.admitted_limit.max(cfg.limit);
         self.admitted_flow_limit = self.admitted_flow_limit.max(cfg.flow_limit);

@@ -4,6 +4,7 @@ use core::time::Duration;
 use std::sync::Arc;
 
 use super::Fq;
+use super::jiffies::{FQ_DEFAULT_HZ, FQ_HZ_CHOICES, usecs_to_jiffies};
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::ConfigError;
 use crate::packet::Packet;
@@ -43,13 +44,22 @@ pub struct FqConfig {
     pub maxrate: Option<u64>,
     /// `pacing` / `nopacing` (`rate_enable`).
     pub rate_enable: bool,
-    /// `buckets` as a log2 (default 10, 1024 buckets; sizes the table's initial capacity).
+    /// `buckets` as a log2 (default 10, 1024 buckets): picks a flow's bucket
+    /// (`hash_ptr(sk, buckets_log)`), where garbage collection looks, and sizes the table's
+    /// initial capacity.
     pub buckets_log: u8,
-    /// `refill_delay` in ns (default 40 ms).
+    /// `refill_delay` in ns as given (default 40 ms; whole µs, the unit `tc` sends).
     pub refill_delay_ns: u64,
+    /// `refill_delay` as FQ uses it: `usecs_to_jiffies(refill_delay µs)`, rounded up to whole
+    /// jiffies and stored in a `u32` (`q->flow_refill_delay`).
+    pub refill_delay_jiffies: u32,
+    /// The kernel's `HZ`, the jiffies rate of flow ages, `refill_delay` and the 3 s GC age
+    /// (one of 100, 250, 300, 1000; default 1000).
+    pub hz: u32,
     /// `orphan_mask` applied to the hash of packets without a socket (default 1023).
     pub orphan_mask: u32,
-    /// `low_rate_threshold` in bytes per second (default 68750, 550 kbit/s).
+    /// `low_rate_threshold` in bytes per second (default 68750, 550 kbit/s; a `u32` in the
+    /// kernel).
     pub low_rate_threshold: u64,
     /// `ce_threshold` in ns (default `u32::MAX` µs, effectively off).
     pub ce_threshold_ns: u64,
@@ -115,6 +125,7 @@ pub struct FqBuilder {
     offload_horizon: Duration,
     max_offload_horizon: Duration,
     max_flows: usize,
+    hz: u32,
 }
 
 impl Default for FqBuilder {
@@ -148,6 +159,7 @@ impl FqBuilder {
             offload_horizon: Duration::ZERO,
             max_offload_horizon: Duration::ZERO,
             max_flows: usize::MAX,
+            hz: FQ_DEFAULT_HZ,
         }
     }
 
@@ -224,7 +236,8 @@ impl FqBuilder {
         self
     }
 
-    /// `refill_delay`, up to `u32::MAX` µs.
+    /// `refill_delay`, up to `u32::MAX` µs (whole µs, as `tc` sends it; FQ waits for it in
+    /// jiffies, rounded up: see [`hz`](FqBuilder::hz)).
     pub fn refill_delay(mut self, d: Duration) -> Self {
         self.refill_delay = d;
         self
@@ -236,13 +249,13 @@ impl FqBuilder {
         self
     }
 
-    /// `low_rate_threshold` in bytes per second.
+    /// `low_rate_threshold` in bytes per second, up to `u32::MAX`.
     pub fn low_rate_threshold(mut self, bytes_per_sec: u64) -> Self {
         self.low_rate_threshold = bytes_per_sec;
         self
     }
 
-    /// `ce_threshold`, up to `u32::MAX` µs.
+    /// `ce_threshold`, up to `u32::MAX` µs (whole µs, as `tc` sends it).
     pub fn ce_threshold(mut self, d: Duration) -> Self {
         self.ce_threshold = Some(d);
         self
@@ -254,7 +267,7 @@ impl FqBuilder {
         self
     }
 
-    /// `horizon`, up to `u32::MAX` µs.
+    /// `horizon`, up to `u32::MAX` µs (whole µs, as `tc` sends it).
     pub fn horizon(mut self, d: Duration) -> Self {
         self.horizon = d;
         self
@@ -289,6 +302,15 @@ impl FqBuilder {
     /// The device's `max_pacing_offload_horizon` (default 0: no pacing offload).
     pub fn max_pacing_offload_horizon(mut self, d: Duration) -> Self {
         self.max_offload_horizon = d;
+        self
+    }
+
+    /// The kernel's `HZ` to model (100, 250, 300 or 1000; default 1000): flow ages,
+    /// `refill_delay` and the GC age are kept in jiffies of `1/HZ` s, as `sch_fq.c` keeps them.
+    /// A property of the kernel, not of the qdisc: [`Fq::change`] keeps the one the qdisc was
+    /// built with.
+    pub fn hz(mut self, hz: u32) -> Self {
+        self.hz = hz;
         self
     }
 
@@ -333,6 +355,7 @@ impl FqBuilder {
             weights: cfg.weights,
             offload_horizon: Duration::from_nanos(cfg.offload_horizon_ns),
             max_flows: cfg.max_flows,
+            hz: cfg.hz,
             ..FqBuilder::new()
         }
     }
@@ -376,15 +399,28 @@ impl FqBuilder {
                 "a power of two 2..=262144 (log 1..=18)",
             ));
         }
+        if !FQ_HZ_CHOICES.contains(&self.hz) {
+            return Err(err("hz", &self.hz, "100, 250, 300 or 1000"));
+        }
+        if self.low_rate_threshold > u64::from(u32::MAX) {
+            return Err(err(
+                "low_rate_threshold",
+                &self.low_rate_threshold,
+                "0..=4294967295 (bytes per second)",
+            ));
+        }
         let us = |opt, d: Duration| -> Result<u64, ConfigError> {
             let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
             if ns / US > MAX_US {
                 Err(err(opt, &format!("{d:?}"), "0..=4294967295 us"))
             } else {
-                Ok(ns)
+                // The attribute is a u32 of µs: `(u64)NSEC_PER_USEC * nla_get_u32(...)`.
+                Ok(ns / US * US)
             }
         };
         let refill_delay_ns = us("refill_delay", self.refill_delay)?;
+        // fq_change: q->flow_refill_delay = usecs_to_jiffies(usecs_delay), into a u32.
+        let refill_delay_jiffies = usecs_to_jiffies((refill_delay_ns / US) as u32, self.hz) as u32;
         let ce_threshold_ns = match self.ce_threshold {
             Some(d) => us("ce_threshold", d)?,
             None => MAX_US * US,
@@ -412,7 +448,8 @@ impl FqBuilder {
             }
         }
         let offload_horizon_ns = us("offload_horizon", self.offload_horizon)?;
-        if self.offload_horizon > self.max_offload_horizon {
+        // fq_change: offload_horizon <= qdisc_dev(sch)->max_pacing_offload_horizon, in ns.
+        if u128::from(offload_horizon_ns) > self.max_offload_horizon.as_nanos() {
             return Err(err(
                 "offload_horizon",
                 &format!("{:?}", self.offload_horizon),
@@ -431,6 +468,8 @@ impl FqBuilder {
             rate_enable: self.rate_enable == 1,
             buckets_log: self.buckets_log as u8,
             refill_delay_ns,
+            refill_delay_jiffies,
+            hz: self.hz,
             orphan_mask: self.orphan_mask,
             low_rate_threshold: self.low_rate_threshold,
             ce_threshold_ns,

@@ -3,7 +3,7 @@
 //! robin over each band's new and old flows, then pacing.
 
 use super::config::FQ_BANDS;
-use super::flow::{NIL, credit_of};
+use super::flow::NIL;
 use super::pacing::pace;
 use super::{Fq, ListSel};
 use crate::packet::Packet;
@@ -11,16 +11,17 @@ use crate::packet::Packet;
 impl<P: Packet> Fq<P> {
     /// Moves every throttled flow that is due to its band's old list (`fq_check_throttled`).
     fn check_throttled(&mut self, now: u64) {
-        if self.time_next_delayed_flow > now.saturating_add(self.cfg.offload_horizon_ns) {
+        if self.time_next_delayed_flow > now.wrapping_add(self.cfg.offload_horizon_ns) {
             return;
         }
-        // How late the release is: a cheap EWMA (1/8) to diagnose timer problems.
-        let sample = now.wrapping_sub(self.time_next_delayed_flow) as i64;
-        if sample > 0 {
-            self.unthrottle_latency_ns -= self.unthrottle_latency_ns >> 3;
-            self.unthrottle_latency_ns += (sample as u64) >> 3;
+        // How late the release is: a cheap EWMA (1/8) to diagnose timer problems
+        // (`unsigned long sample`, used only when `(long)sample > 0`).
+        let sample = now.wrapping_sub(self.time_next_delayed_flow);
+        if (sample as i64) > 0 {
+            let l = self.unthrottle_latency_ns;
+            self.unthrottle_latency_ns = l.wrapping_sub(l >> 3).wrapping_add(sample >> 3);
         }
-        let now = now.saturating_add(self.cfg.offload_horizon_ns);
+        let now = now.wrapping_add(self.cfg.offload_horizon_ns);
         self.time_next_delayed_flow = u64::MAX;
         while let Some((&(tnp, _), &idx)) = self.delayed.first_key_value() {
             if tnp > now {
@@ -86,7 +87,10 @@ impl<P: Packet> Fq<P> {
                     }
                     self.band_nr = (self.band_nr + 1) % FQ_BANDS;
                     let pband = &mut self.bands[self.band_nr];
-                    pband.credit = (pband.credit + pband.quantum).min(pband.quantum);
+                    // min(pband->credit + pband->quantum, pband->quantum) on int: the sum
+                    // wraps negative when a band with leftover credit has a weight near
+                    // INT_MAX, and the band then waits one more round.
+                    pband.credit = pband.credit.wrapping_add(pband.quantum).min(pband.quantum);
                     if pband.credit > 0 {
                         found = true;
                         break;
@@ -107,7 +111,8 @@ impl<P: Packet> Fq<P> {
             retry = 0;
             if self.table.get(idx).credit <= 0 {
                 let f = self.table.get_mut(idx);
-                f.credit = f.credit.saturating_add(credit_of(self.cfg.quantum.into()));
+                // f->credit += q->quantum (int += u32, wrapping; quantum <= 2^20).
+                f.credit = f.credit.wrapping_add(self.cfg.quantum as i32);
                 self.pop_head(sel);
                 self.flow_add_tail(idx, ListSel::Old);
                 continue;
@@ -119,14 +124,14 @@ impl<P: Packet> Fq<P> {
                 // an old one is detached and left for GC.
                 match sel {
                     ListSel::New => self.flow_add_tail(idx, ListSel::Old),
-                    ListSel::Old => self.table.set_detached(idx, now),
+                    ListSel::Old => self.table.set_detached(idx, self.jiffies(now)),
                 }
                 continue;
             };
 
             let f = self.table.get(idx);
             let time_next_packet = cb.time_to_send.max(f.time_next_packet);
-            if now.saturating_add(self.cfg.offload_horizon_ns) < time_next_packet {
+            if now.wrapping_add(self.cfg.offload_horizon_ns) < time_next_packet {
                 self.pop_head(sel);
                 self.table.get_mut(idx).time_next_packet = time_next_packet;
                 self.flow_set_throttled(idx);
@@ -150,26 +155,30 @@ impl<P: Packet> Fq<P> {
             }
             self.band_pkt_count[usize::from(cb.band)] -= 1;
 
-            let mut plen = pkt.len() as u64;
+            // qdisc_pkt_len is a u32 (a longer packet, which the kernel cannot have, counts
+            // as u32::MAX); f->credit -= plen and pband->credit -= plen wrap as ints.
+            let mut plen = u32::try_from(pkt.len()).unwrap_or(u32::MAX);
             let f = self.table.get_mut(idx);
-            f.credit = f.credit.saturating_sub(credit_of(plen));
-            self.bands[self.band_nr].credit -= plen as i64;
+            f.credit = f.credit.wrapping_sub(plen as i32);
+            let pband = &mut self.bands[self.band_nr];
+            pband.credit = pband.credit.wrapping_sub(plen as i32);
 
             if !self.cfg.rate_enable {
                 return Some(pkt);
             }
             let mut rate = self.cfg.maxrate.unwrap_or(u64::MAX);
-            // With an EDT stamp only maxrate spaces packets; without one, the socket's rate
-            // applies too, per packet below low_rate_threshold, per quantum above it.
+            // With an EDT stamp only maxrate spaces packets; without one, the socket's
+            // sk_pacing_rate applies too (if (skb->sk) rate = min(sk_pacing_rate, rate)), per
+            // packet at or below low_rate_threshold, per quantum above it.
             if !cb.edt {
-                if let Some(r) = self.socket_rate(&pkt) {
+                if let Some(r) = self.sk_pacing_rate(&pkt) {
                     rate = rate.min(r);
                 }
                 let f = self.table.get_mut(idx);
                 if rate <= self.cfg.low_rate_threshold {
                     f.credit = 0;
                 } else {
-                    plen = plen.max(u64::from(self.cfg.quantum));
+                    plen = plen.max(self.cfg.quantum);
                     if f.credit > 0 {
                         return Some(pkt);
                     }

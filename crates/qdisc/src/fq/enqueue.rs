@@ -1,8 +1,9 @@
 //! `fq_enqueue`, `fq_classify` and `fq_fastpath_check`.
 
-use super::flow::{FlowState, PktCb, credit_of};
+use super::flow::{FlowState, PktCb};
+use super::jiffies::time_after;
 use super::{Fq, ListSel};
-use crate::packet::{DropReason, FlowKey, Packet};
+use crate::packet::{DropReason, Packet};
 use crate::qdisc::{ToFree, Verdict};
 
 /// Where `fq_classify` put a packet.
@@ -37,7 +38,8 @@ impl<P: Packet> Fq<P> {
                 edt: false,
             },
             Some(mut ts) => {
-                let horizon = now.saturating_add(self.cfg.horizon_ns);
+                // fq_packet_beyond_horizon: (s64)skb->tstamp > (s64)(now + q->horizon).
+                let horizon = now.wrapping_add(self.cfg.horizon_ns);
                 if (ts as i64) > (horizon as i64) {
                     if self.cfg.horizon_drop {
                         self.counters.horizon_drops += 1;
@@ -49,7 +51,8 @@ impl<P: Packet> Fq<P> {
                 PktCb {
                     time_to_send: ts,
                     band: band as u8,
-                    edt: true,
+                    // fq_dequeue tests the (possibly capped) skb->tstamp.
+                    edt: ts != 0,
                 }
             }
         };
@@ -72,13 +75,15 @@ impl<P: Packet> Fq<P> {
                 if f.state == FlowState::Detached {
                     // Like the kernel, the flow joins the new list of the band it last had
                     // (band 0 for a new flow) before taking this packet's band.
-                    let idle_since = f.age;
+                    let age = f.age;
+                    self.table.reattach(idx);
                     self.flow_add_tail(idx, ListSel::New);
-                    let after = now.wrapping_sub(idle_since.wrapping_add(self.cfg.refill_delay_ns));
-                    if (after as i64) > 0 {
+                    // time_after(jiffies, f->age + q->flow_refill_delay)
+                    let due = age.wrapping_add(u64::from(self.cfg.refill_delay_jiffies));
+                    if time_after(self.jiffies(now), due) {
                         let f = self.table.get_mut(idx);
-                        // The kernel compares as u32; a detached flow's credit is never negative.
-                        f.credit = f.credit.max(credit_of(self.cfg.quantum.into()));
+                        // max_t(u32, f->credit, q->quantum), stored back into the int.
+                        f.credit = (f.credit as u32).max(self.cfg.quantum) as i32;
                     }
                 }
                 let (f, cold) = self.table.both_mut(idx);
@@ -98,7 +103,7 @@ impl<P: Packet> Fq<P> {
 
     /// `fq_fastpath_check`: may this packet skip flows, bands, credit and pacing?
     fn fastpath_check(&self, pkt: &P, time_to_send: u64, now: u64) -> bool {
-        let horizon = now.saturating_add(self.cfg.offload_horizon_ns);
+        let horizon = now.wrapping_add(self.cfg.offload_horizon_ns);
         if time_to_send > horizon {
             return false;
         }
@@ -112,46 +117,46 @@ impl<P: Packet> Fq<P> {
                 return false;
             }
         }
-        // A socket with a finite rate must be paced (the kernel: a non-TCP socket with
-        // SO_MAX_PACING_RATE; TCP paces itself with EDT stamps).
-        if self.socket_rate(pkt).is_some() {
+        // sk && sk_fullsock(sk) && !sk_is_tcp(sk) && sk->sk_max_pacing_rate != ~0UL: only the
+        // user's cap on a socket that is not TCP sends it through a flow; a TCP socket's
+        // pacing rate does not (its first packets into an idle qdisc go out unpaced).
+        if !pkt.is_tcp() && self.sk_max_pacing_rate(pkt).is_some_and(|r| r != u64::MAX) {
             return false;
         }
+        // q->flow_max_rate != ~0UL (a maxrate of u64::MAX is stored as none)
         self.cfg.maxrate.is_none()
     }
 
-    /// `fq_classify`: the fast path, or the packet's flow (found, reused or created).
+    /// `fq_classify`: the fast path, or the packet's flow (found, reused or created), after
+    /// `fq_gc` in the packet's bucket.
     fn classify(&mut self, pkt: &P, time_to_send: u64, now: u64) -> Class {
-        let (key, socket_hash) = match pkt.flow() {
-            // Socket ids shifted left, hashes shifted left with the low bit set: the kernel's
-            // odd-key trick, on 128 bits so that no socket id can collide with a hash.
-            FlowKey::Socket { id, hash } => (u128::from(id) << 1, Some(hash)),
-            FlowKey::Unconnected { hash } | FlowKey::Orphan { hash } => {
-                ((u128::from(hash & self.cfg.orphan_mask) << 1) | 1, None)
-            }
-        };
+        let (key, socket_hash) = self.key_of(pkt.flow());
 
         if self.fastpath_check(pkt, time_to_send, now) {
             self.counters.fastpath_packets += 1;
             return Class::Internal;
         }
 
-        let gc = self.table.gc(now, key);
-        if gc.freed != 0 {
-            self.flows -= gc.freed;
-            self.inactive_flows -= gc.freed;
-            self.counters.gc_flows += u64::from(gc.freed);
+        if self.table.gc_pending() {
+            let freed = self.table.gc(self.jiffies(now), self.gc_age(), key);
+            if freed != 0 {
+                self.flows -= freed;
+                self.inactive_flows -= freed;
+                self.counters.gc_flows += u64::from(freed);
+            }
         }
 
         if let Some(hit) = self.table.find(key) {
             let idx = hit.slot;
             if let Some(hash) = socket_hash {
                 if hit.socket_hash != hash {
-                    // The socket was freed and its identity reused: start the flow afresh.
+                    // The socket was freed and its identity reused: start the flow afresh
+                    // (credit, unthrottled onto the old list, no pacing time). Like the kernel,
+                    // time_next_delayed_flow is left as it was.
                     self.table.set_socket_hash(hit, hash);
                     let throttled = self.table.get(idx).state == FlowState::Throttled;
                     let f = self.table.get_mut(idx);
-                    f.credit = credit_of(self.cfg.initial_quantum.into());
+                    f.credit = self.cfg.initial_quantum as i32;
                     if throttled {
                         self.flow_unset_throttled(idx);
                     }
@@ -165,12 +170,14 @@ impl<P: Packet> Fq<P> {
             self.counters.allocation_errors += 1;
             return Class::Internal;
         }
-        let Some(idx) = self.table.insert(key, socket_hash.unwrap_or(0), now) else {
+        let age = self.jiffies(now) | 1;
+        let Some(idx) = self.table.insert(key, socket_hash.unwrap_or(0), age) else {
             self.counters.allocation_errors += 1;
             return Class::Internal;
         };
         let f = self.table.get_mut(idx);
-        f.credit = credit_of(self.cfg.initial_quantum.into());
+        // initial_quantum is at most INT_MAX.
+        f.credit = self.cfg.initial_quantum as i32;
         self.flows += 1;
         self.inactive_flows += 1;
         Class::Flow(idx)

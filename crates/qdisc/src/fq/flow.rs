@@ -59,6 +59,8 @@ pub(super) enum Src {
 const HEAD_EDT: u8 = 1;
 /// `flags`: the out-of-order map (in [`FlowCold`]) holds packets.
 const HAS_TREE: u8 = 2;
+/// `flags`: the flow is on its bucket's GC candidate list (links in [`FlowCold`]).
+const IN_GC: u8 = 4;
 
 /// The hot part of a flow: one cache line.
 #[repr(C, align(64))]
@@ -67,9 +69,10 @@ pub(super) struct Flow<P: Packet> {
     /// `time_to_send` of the linear list's head packet (valid while the list is not empty).
     head_tts: u64,
     pub(super) time_next_packet: u64,
-    /// When the flow was detached (`age`, ns).
+    /// When the flow was detached, `jiffies | 1` (`age`; the kernel's odd value that tells it
+    /// from a `tail` pointer).
     pub(super) age: u64,
-    /// DRR credit in bytes (the kernel's `int credit`; quanta are at most 1 MiB).
+    /// DRR credit in bytes (the kernel's `int credit`, wrapping as it does).
     pub(super) credit: i32,
     pub(super) qlen: u32,
     /// Next flow on the round-robin list this flow is on.
@@ -93,12 +96,9 @@ pub(super) struct FlowCold<P: Packet> {
     pub(super) detach_id: u64,
     /// This flow's key in the delayed set while throttled.
     pub(super) delayed_key: (u64, u64),
-}
-
-/// Saturating conversion of a byte count to credit.
-#[inline]
-pub(super) fn credit_of(bytes: u64) -> i32 {
-    i32::try_from(bytes).unwrap_or(i32::MAX)
+    /// Neighbours on its bucket's GC candidate list while on it.
+    pub(super) gc_prev: u32,
+    pub(super) gc_next: u32,
 }
 
 impl<P: Packet> Flow<P> {
@@ -118,16 +118,27 @@ impl<P: Packet> Flow<P> {
         }
     }
 
+    /// Whether the flow is on its bucket's GC candidate list.
+    #[inline]
+    pub(super) fn in_gc(&self) -> bool {
+        self.flags & IN_GC != 0
+    }
+
+    #[inline]
+    pub(super) fn set_in_gc(&mut self, on: bool) {
+        self.flags = (self.flags & !IN_GC) | if on { IN_GC } else { 0 };
+    }
+
     /// Re-initialises a recycled slot as a fresh, detached, empty flow (`kmem_cache_zalloc` +
-    /// `fq_flow_set_detached`).
-    pub(super) fn reinit(&mut self, now: u64) {
+    /// `fq_flow_set_detached`, `age` being `jiffies | 1`).
+    pub(super) fn reinit(&mut self, age: u64) {
         debug_assert!(self.head.is_empty() && self.flags & HAS_TREE == 0);
         self.credit = 0;
         self.qlen = 0;
         self.band = 0;
         self.next = NIL;
         self.state = FlowState::Detached;
-        self.age = now;
+        self.age = age;
         self.time_next_packet = 0;
         self.flags = 0;
     }
@@ -281,6 +292,8 @@ impl<P: Packet> FlowCold<P> {
             key: 0,
             detach_id: 0,
             delayed_key: (0, 0),
+            gc_prev: NIL,
+            gc_next: NIL,
         }
     }
 

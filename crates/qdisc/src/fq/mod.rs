@@ -15,9 +15,14 @@
 //! builder validates, the flow index resized for a new `buckets`, and packets over a lowered
 //! `limit` dropped.
 //!
-//! Files: `flow` (one flow's packets), `table` (flow lookup and bounded GC), `enqueue` and
-//! `dequeue` (the scheduler), `pacing` (the delay formula), `stats`, `config` (builder),
-//! `change` (live reconfiguration). FQ reads time from an injected [`Clock`]; it is never
+//! Files: `flow` (one flow's packets), `table` (flow lookup and per-bucket GC), `enqueue` and
+//! `dequeue` (the scheduler), `pacing` (the delay formula), `jiffies` (the coarse clock of flow
+//! ages), `stats`, `config` (builder), `change` (live reconfiguration).
+//!
+//! Integer types and wraps are the kernel's: credits are `int` and wrap (the kernel builds with
+//! `-fno-strict-overflow`), times are `u64` and wrap, the horizon and CE tests cast to `s64`,
+//! flow ages, `refill_delay` and the GC age are jiffies compared with `time_after`, a packet's
+//! length is the `u32` `qdisc_pkt_len`, and a rate of `u64::MAX` (`~0UL`) is no rate. FQ reads time from an injected [`Clock`]; it is never
 //! bypassable.
 
 use core::fmt;
@@ -42,6 +47,8 @@ mod dequeue;
 mod enqueue;
 /// One flow's packet queue and state.
 mod flow;
+/// Jiffies and the kernel's conversions.
+mod jiffies;
 /// The pacing delay.
 mod pacing;
 /// `tc_fq_qd_stats`.
@@ -54,6 +61,7 @@ mod tests;
 
 use config::{FQ_BANDS, FqConfig};
 use flow::{Flow, FlowCold, FlowState, NIL};
+pub use jiffies::{FQ_DEFAULT_HZ, FQ_HZ_CHOICES};
 use stats::{Counters, FqStats};
 use table::FlowTable;
 
@@ -83,9 +91,10 @@ impl FlowList {
 struct BandFlows {
     new_flows: FlowList,
     old_flows: FlowList,
-    credit: i64,
-    /// The band's weight: credit added per WRR round.
-    quantum: i64,
+    /// The band's WRR credit (`int`, wrapping).
+    credit: i32,
+    /// The band's weight: credit added per WRR round (`int`, at most `INT_MAX`).
+    quantum: i32,
 }
 
 /// The FQ packet scheduler.
@@ -159,7 +168,7 @@ impl<P: Packet> Fq<P> {
             new_flows: FlowList::EMPTY,
             old_flows: FlowList::EMPTY,
             credit: 0,
-            quantum: i64::from(w[i]),
+            quantum: w[i] as i32,
         };
         Fq {
             admitted_limit: cfg.limit,
@@ -200,9 +209,11 @@ impl<P: Packet> Fq<P> {
         &self.clock
     }
 
-    /// Sets (`Some`) or clears (`None`) the `SO_MAX_PACING_RATE` of socket `id` in bytes per
-    /// second. It caps the pacing rate of that socket's packets without an EDT stamp, and a
-    /// socket with a finite cap never takes the unpaced fast path.
+    /// Sets (`Some`) or clears (`None`) the `SO_MAX_PACING_RATE` of the connected socket `id`
+    /// in bytes per second, for packets that do not carry one ([`Packet::max_pacing_rate`]; if
+    /// both do, the lower holds). Like the packet's own, it caps the pacing rate of that
+    /// socket's packets without an EDT stamp, and if finite keeps the packets of a socket that
+    /// is not TCP ([`Packet::is_tcp`]) off the unpaced fast path. `Some(u64::MAX)` is no cap.
     pub fn set_socket_max_pacing_rate(&mut self, id: u64, rate: Option<u64>) {
         match rate {
             Some(r) => self.socket_max_rate.insert(id, r),
@@ -226,6 +237,8 @@ impl<P: Packet> Fq<P> {
                 .time_next_delayed_flow
                 .wrapping_add(self.cfg.timer_slack_ns)
                 .wrapping_sub(now) as i64,
+            next_delayed_flow_ns: (self.time_next_delayed_flow != u64::MAX)
+                .then_some(self.time_next_delayed_flow),
             flows: self.flows,
             inactive_flows: self.inactive_flows,
             throttled_flows: self.throttled_flows,
@@ -250,21 +263,76 @@ impl<P: Packet> Fq<P> {
         usize::from(self.cfg.priomap[(priority & 15) as usize])
     }
 
-    /// The effective pacing rate of a packet's socket (`sk_pacing_rate`, capped by
-    /// `SO_MAX_PACING_RATE`); `None` for orphans and unlimited sockets.
+    /// `skb->sk->sk_max_pacing_rate` of a packet's socket: the lower of the packet's
+    /// [`Packet::max_pacing_rate`] and the cap set by [`set_socket_max_pacing_rate`]
+    /// (`u64::MAX`, the kernel's `~0UL`: none); `None` for an orphan, which has no `skb->sk`.
+    ///
+    /// [`set_socket_max_pacing_rate`]: Fq::set_socket_max_pacing_rate
     #[inline]
-    fn socket_rate(&self, pkt: &P) -> Option<u64> {
-        let cap = match pkt.flow() {
+    fn sk_max_pacing_rate(&self, pkt: &P) -> Option<u64> {
+        let set = match pkt.flow() {
             FlowKey::Orphan { .. } => return None,
             FlowKey::Socket { id, .. } if !self.socket_max_rate.is_empty() => {
                 self.socket_max_rate.get(&id).copied()
             }
             _ => None,
         };
-        match (pkt.pacing_rate(), cap) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let own = pkt.max_pacing_rate().unwrap_or(u64::MAX);
+        Some(own.min(set.unwrap_or(u64::MAX)))
+    }
+
+    /// `skb->sk->sk_pacing_rate` of a packet's socket: the transport's rate capped by
+    /// `sk_max_pacing_rate`, as `sock_setsockopt(SO_MAX_PACING_RATE)` and TCP cap it
+    /// (`u64::MAX`: unlimited); `None` for an orphan.
+    #[inline]
+    fn sk_pacing_rate(&self, pkt: &P) -> Option<u64> {
+        let max = self.sk_max_pacing_rate(pkt)?;
+        Some(pkt.pacing_rate().unwrap_or(u64::MAX).min(max))
+    }
+
+    /// The jiffies count at `now` (ns) under this qdisc's `HZ`.
+    #[inline]
+    fn jiffies(&self, now: u64) -> u64 {
+        jiffies::jiffies_at(now, self.cfg.hz)
+    }
+
+    /// `FQ_GC_AGE`: 3·HZ jiffies.
+    #[inline]
+    fn gc_age(&self) -> u64 {
+        3 * u64::from(self.cfg.hz)
+    }
+
+    /// The table key of a flow (`fq_classify`'s `sk`: a socket id `<< 1`, or
+    /// `(hash & orphan_mask) << 1 | 1`) and its socket hash for a connected socket.
+    #[inline]
+    fn key_of(&self, flow: FlowKey) -> (u128, Option<u32>) {
+        match flow {
+            // Socket ids shifted left, hashes shifted left with the low bit set: the kernel's
+            // odd-key trick, on 128 bits so that no socket id can collide with a hash.
+            FlowKey::Socket { id, hash } => (u128::from(id) << 1, Some(hash)),
+            FlowKey::Unconnected { hash } | FlowKey::Orphan { hash } => {
+                ((u128::from(hash & self.cfg.orphan_mask) << 1) | 1, None)
+            }
         }
+    }
+
+    /// The bucket a flow's packets look up and garbage-collect in (`fq_root[]`'s index,
+    /// `hash_ptr(sk, buckets_log)`; `sk` is modelled as the socket id `<< 1`, truncated to 64
+    /// bits, or `(hash & orphan_mask) << 1 | 1`).
+    pub fn bucket_of(&self, flow: FlowKey) -> usize {
+        self.table.bucket(self.key_of(flow).0)
+    }
+
+    /// Whether a flow for `flow` exists now (listed, throttled or detached); for tests.
+    #[doc(hidden)]
+    pub fn has_flow(&self, flow: FlowKey) -> bool {
+        self.table.lookup(self.key_of(flow).0).is_some()
+    }
+
+    /// Packets in the fast-path queue (`q->internal.qlen`); for tests.
+    #[doc(hidden)]
+    pub fn internal_len(&self) -> u32 {
+        self.internal.qlen
     }
 
     /// Appends flow `idx` to its band's new or old list (`fq_flow_add_tail`).
@@ -422,7 +490,7 @@ impl<P: Packet> Fq<P> {
         if want.count() as u32 != listed {
             return Err("a listed flow is on no list".into());
         }
-        Ok(())
+        self.table.check_gc()
     }
 
     /// Entries in the GC age queue (a bounded bookkeeping structure; exposed for tests).
@@ -494,7 +562,8 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
         }
         self.band_pkt_count = [0; FQ_BANDS];
         self.delayed.clear();
-        self.time_next_delayed_flow = u64::MAX;
+        // fq_reset leaves q->time_next_delayed_flow as it was: until a dequeue finds it due and
+        // clears it, a stale time in the past keeps the fast path closed to a second packet.
         self.flows = 0;
         self.inactive_flows = 0;
         self.throttled_flows = 0;
@@ -576,7 +645,9 @@ impl<P: Packet> fmt::Display for Fq<P> {
         if c.low_rate_threshold != 0 {
             write!(f, "low_rate_threshold {} ", Rate(c.low_rate_threshold))?;
         }
-        write!(f, "refill_delay {} ", Time(c.refill_delay_ns))?;
+        // fq_dump: jiffies_to_usecs(q->flow_refill_delay), what the kernel really waits.
+        let refill_us = jiffies::jiffies_to_usecs(u64::from(c.refill_delay_jiffies), c.hz);
+        write!(f, "refill_delay {} ", Time(u64::from(refill_us) * 1000))?;
         if c.ce_threshold_ns != u64::from(u32::MAX) * 1000 {
             write!(f, "ce_threshold {} ", Time(c.ce_threshold_ns))?;
         }

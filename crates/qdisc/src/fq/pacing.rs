@@ -1,9 +1,12 @@
 //! The pacing step at the end of `fq_dequeue`: how long a flow must wait after a packet.
 //!
-//! `delay = plen · 10^9 / rate` ns (no division when the rate is 0), clamped to 1 s because a
-//! socket's rate may change later (`pkts_too_long`); if the flow was already due at
-//! `time_next_packet`, up to half the delay is forgiven for the time it was served late (drift),
-//! and the flow's next packet may leave at `now + delay`.
+//! Written as the kernel writes it, on the same types: `len = (u64)plen * NSEC_PER_SEC`
+//! (`plen` a `u32`, so no overflow), divided by the `unsigned long` rate unless it is 0,
+//! clamped to 1 s because a socket's rate may change later (`pkts_too_long`); if the flow has a
+//! `time_next_packet`, `len -= min(len / 2, now - time_next_packet)` on `u64`, and
+//! `time_next_packet = now + len`. The drift credit is unsigned: a flow served before its time
+//! (within `offload_horizon`) makes `now - time_next_packet` wrap to a huge value, so half the
+//! delay is forgiven then too, exactly as in the kernel.
 
 /// One second, the longest pacing delay.
 pub(super) const MAX_DELAY_NS: u64 = 1_000_000_000;
@@ -17,24 +20,24 @@ pub(super) struct Paced {
     pub(super) too_long: bool,
 }
 
-/// `plen` bytes at `rate` bytes/s, sent at `now` by a flow whose previous `time_next_packet`
-/// was `prev_tnp` (0: never paced).
+/// `plen` bytes at `rate` bytes/s (`rate != ~0UL`), sent at `now` by a flow whose previous
+/// `time_next_packet` was `prev_tnp` (0: none).
 #[inline]
-pub(super) fn pace(plen: u64, rate: u64, now: u64, prev_tnp: u64) -> Paced {
-    let mut len = u128::from(plen) * u128::from(MAX_DELAY_NS);
-    if rate != 0 {
-        len /= u128::from(rate);
+pub(super) fn pace(plen: u32, rate: u64, now: u64, prev_tnp: u64) -> Paced {
+    let mut len = u64::from(plen) * MAX_DELAY_NS;
+    // if (likely(rate)) len = div64_ul(len, rate);
+    if let Some(per_rate) = len.checked_div(rate) {
+        len = per_rate;
     }
-    let too_long = len > u128::from(MAX_DELAY_NS);
-    let mut len = if too_long { MAX_DELAY_NS } else { len as u64 };
+    let too_long = len > MAX_DELAY_NS;
+    if too_long {
+        len = MAX_DELAY_NS;
+    }
     if prev_tnp != 0 {
-        let drift = now.wrapping_sub(prev_tnp) as i64;
-        if drift > 0 {
-            len -= (len / 2).min(drift as u64);
-        }
+        len -= (len / 2).min(now.wrapping_sub(prev_tnp));
     }
     Paced {
-        time_next_packet: now.saturating_add(len),
+        time_next_packet: now.wrapping_add(len),
         too_long,
     }
 }
@@ -80,10 +83,16 @@ mod tests {
             pace(1000, 1_000_000, 6_000_000, 1_000_000).time_next_packet,
             6_500_000
         );
-        // not late: nothing forgiven.
+        // exactly on time: nothing forgiven.
+        assert_eq!(
+            pace(1000, 1_000_000, 2_000_000, 2_000_000).time_next_packet,
+            3_000_000
+        );
+        // early (offload_horizon): now - time_next_packet wraps, so half is forgiven
+        // (sch_fq.c fq_dequeue: `len -= min(len/2, now - f->time_next_packet)` on u64).
         assert_eq!(
             pace(1000, 1_000_000, 1_000_000, 2_000_000).time_next_packet,
-            2_000_000
+            1_500_000
         );
     }
 }

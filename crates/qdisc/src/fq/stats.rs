@@ -23,9 +23,16 @@ pub struct FqStats {
     pub pkts_too_long: u64,
     /// New flows that could not be created (here: over `max_flows`) and used the internal queue.
     pub allocation_errors: u64,
-    /// `time_next_delayed_flow + timer_slack - now` in ns, as the kernel computes it (negative
-    /// when no flow is delayed).
+    /// `time_next_delayed_flow + timer_slack - now` in ns, as `fq_dump_stats` computes it on
+    /// `u64` and reports it as `__s64` (negative when no flow is delayed, `~0ULL` then
+    /// wrapping).
     pub time_next_delayed_flow: i64,
+    /// The absolute `q->time_next_delayed_flow` in ns on the qdisc's clock, the time the
+    /// watchdog is armed for (without `timer_slack`); `None` when it is `~0ULL` (no delayed
+    /// flow). Like the kernel's field it is only recomputed when throttled flows are released,
+    /// so after a reused socket leaves the delayed set it may name an earlier time than any
+    /// flow still waits for.
+    pub next_delayed_flow_ns: Option<u64>,
     /// Flows that exist.
     pub flows: u32,
     /// Flows with no packet queued.

@@ -1,13 +1,25 @@
 //! The flow table (`fq_root[]` and `fq_gc`): flows by key in an open-addressing index over a
-//! slab, plus an age queue that bounds garbage collection.
+//! slab, plus the bookkeeping that lets garbage collection look only where the kernel looks.
 //!
-//! The kernel keeps flows in 2^`buckets_log` rbtrees and, on every lookup, frees at most
-//! [`GC_MAX`] detached flows older than [`GC_AGE_NS`] met on the search path. A hash index has
-//! no search path, so each detachment is recorded in a queue ordered by age; a lookup pops at
-//! most [`GC_SCAN_MAX`] entries from its front, frees at most [`GC_MAX`] flows that are still
-//! the same detached flow and older than 3 s, and skips entries made stale by a flow's
-//! reactivation. The work per lookup is bounded, and so is the queue: every entry is one
-//! detachment, and every detachment needs an earlier enqueue.
+//! The kernel keeps flows in 2^`buckets_log` rbtrees, the bucket of a flow being
+//! `hash_ptr(sk, buckets_log)` of its key (`hash_64` with `GOLDEN_RATIO_64`), and before every
+//! lookup that is not on the fast path `fq_gc` frees at most [`GC_MAX`] detached flows whose
+//! age is more than `FQ_GC_AGE` (3·HZ jiffies) old, met on the search path in the looked-up
+//! bucket, never the flow being looked up. Here the same decision is made per bucket without
+//! trees:
+//!
+//! - each detachment is recorded in one queue ordered by age (`age = jiffies | 1`); entries
+//!   made stale by a flow's reactivation are skipped;
+//! - at a GC point, every entry whose flow has become a candidate (`time_after(jiffies, age +
+//!   FQ_GC_AGE)`, which stays true until the flow is used again) moves to its bucket's
+//!   candidate list, in age order (amortized O(1) per detachment);
+//! - then up to [`GC_MAX`] candidates of the looked-up bucket are freed, oldest detachment
+//!   first, skipping the flow being looked up. A flow that is used again leaves its bucket's
+//!   list at once.
+//!
+//! So exactly the kernel's candidates of exactly the kernel's bucket are eligible, and at most
+//! eight go per lookup. Which eight, when a bucket holds more, differs: the kernel takes those
+//! on the rbtree path toward the key (at most the path's length), this table the oldest.
 //!
 //! The index is built for a table larger than the cache: each 16-byte entry holds the whole key
 //! and the socket hash beside the slot number, so a lookup reads one index line (linear probing,
@@ -20,15 +32,35 @@
 
 use std::collections::VecDeque;
 
-use super::flow::{Flow, FlowCold, FlowState};
+use super::flow::{Flow, FlowCold, FlowState, NIL};
+use super::jiffies::time_after;
 use crate::packet::Packet;
 
 /// Flows freed per lookup at most (`FQ_GC_MAX`).
 pub(super) const GC_MAX: usize = 8;
-/// A detached flow older than this may be freed (`FQ_GC_AGE`, 3 s).
-pub(super) const GC_AGE_NS: u64 = 3_000_000_000;
-/// Age-queue entries examined per lookup at most (stale ones included).
-pub(super) const GC_SCAN_MAX: usize = 2 * GC_MAX;
+/// `GOLDEN_RATIO_64` of `include/linux/hash.h`.
+pub(super) const GOLDEN_RATIO_64: u64 = 0x61C8_8646_80B5_83EB;
+
+/// `hash_ptr(ptr, bits)` on a 64-bit kernel: `hash_long` = `hash_64_generic`, the top `bits`
+/// bits of `val · GOLDEN_RATIO_64`.
+#[inline]
+pub(super) fn hash_ptr(val: u64, bits: u8) -> usize {
+    (val.wrapping_mul(GOLDEN_RATIO_64) >> (64 - u32::from(bits))) as usize
+}
+
+/// A bucket's candidate list (flows linked through `FlowCold::gc_prev`/`gc_next`).
+#[derive(Debug, Clone, Copy)]
+struct GcList {
+    first: u32,
+    last: u32,
+}
+
+impl GcList {
+    const EMPTY: GcList = GcList {
+        first: NIL,
+        last: NIL,
+    };
+}
 
 /// `Entry::tag` of an empty index entry.
 const EMPTY: u32 = u32::MAX;
@@ -72,17 +104,12 @@ fn home(id: u64, kind: u32, bits: u32) -> usize {
     (h >> (64 - bits)) as usize
 }
 
+/// One detachment: the flow's slot, its age then (`jiffies | 1`) and which detachment it was.
 #[derive(Debug, Clone, Copy)]
 struct GcEntry {
     age: u64,
     slot: u32,
     detach_id: u64,
-}
-
-/// What one GC pass did.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct GcResult {
-    pub(super) freed: u32,
 }
 
 /// A lookup hit: the flow's slot, its socket hash, and where its index entry is.
@@ -103,6 +130,12 @@ pub(super) struct FlowTable<P: Packet> {
     live: usize,
     ages: VecDeque<GcEntry>,
     next_detach_id: u64,
+    /// `buckets_log`: the kernel's `fq_trees_log`, which picks a flow's bucket.
+    buckets_log: u8,
+    /// Per bucket, the detached flows that are GC candidates, oldest first.
+    gc_lists: Vec<GcList>,
+    /// Flows on all candidate lists.
+    candidates: usize,
 }
 
 impl<P: Packet> FlowTable<P> {
@@ -118,7 +151,17 @@ impl<P: Packet> FlowTable<P> {
             live: 0,
             ages: VecDeque::new(),
             next_detach_id: 0,
+            buckets_log,
+            gc_lists: vec![GcList::EMPTY; 1 << buckets_log],
+            candidates: 0,
         }
+    }
+
+    /// The bucket of `key` (`hash_ptr(sk, q->fq_trees_log)`); the model's `sk` is the key's
+    /// low 64 bits: a socket id `<< 1`, or `(masked hash << 1) | 1`.
+    #[inline]
+    pub(super) fn bucket(&self, key: u128) -> usize {
+        hash_ptr(key as u64, self.buckets_log)
     }
 
     #[inline]
@@ -195,7 +238,7 @@ impl<P: Packet> FlowTable<P> {
 
     /// Creates a detached, empty flow for `key` (which must be absent); `None` when the slot
     /// numbers are exhausted (2^31 − 1 flows), which the caller treats as an allocation failure.
-    pub(super) fn insert(&mut self, key: u128, socket_hash: u32, now: u64) -> Option<u32> {
+    pub(super) fn insert(&mut self, key: u128, socket_hash: u32, age: u64) -> Option<u32> {
         let idx = match self.free.pop() {
             Some(i) => i,
             None if self.slots.len() < MAX_SLOTS => {
@@ -206,7 +249,7 @@ impl<P: Packet> FlowTable<P> {
             None => return None,
         };
         let id = self.bump_detach_id();
-        self.slots[idx as usize].reinit(now);
+        self.slots[idx as usize].reinit(age);
         self.cold[idx as usize].reinit(key, id);
         if 2 * (self.live + 1) > self.index.len() {
             self.grow();
@@ -249,21 +292,34 @@ impl<P: Packet> FlowTable<P> {
     /// more than half full, and every live flow is placed again under its key. Flows keep their
     /// slots, so list links, the delayed set and queued packets are untouched.
     ///
-    /// As the kernel's rehash does, every detached flow older than 3 s met on the way is freed
-    /// instead of moved (no bound of [`GC_MAX`] here: the rehash visits every flow anyway).
-    /// Returns how many were freed; the caller updates its flow counters.
-    pub(super) fn resize(&mut self, buckets_log: u8, now: u64) -> u32 {
+    /// As the kernel's rehash does, every GC candidate met on the way (detached, and
+    /// `time_after(jiffies, age + FQ_GC_AGE)`) is freed instead of moved (no bound of
+    /// [`GC_MAX`] here: the rehash visits every flow anyway). The candidate lists are rebuilt
+    /// for the new bucket count. Returns how many were freed; the caller updates its flow
+    /// counters.
+    pub(super) fn resize(&mut self, buckets_log: u8, jiffies: u64, gc_age: u64) -> u32 {
         let old: Vec<u32> = self
             .live()
             .filter(|&i| {
                 let f = &self.slots[i as usize];
-                // time_after(now, age + 3 s)
-                f.state == FlowState::Detached
-                    && (now.wrapping_sub(f.age.wrapping_add(GC_AGE_NS)) as i64) > 0
+                f.state == FlowState::Detached && time_after(jiffies, f.age.wrapping_add(gc_age))
             })
             .collect();
         for &idx in &old {
             self.free_slot(idx);
+        }
+        // Candidates not freed (none unless the clock went back) go to their new buckets.
+        let keep: Vec<u32> = self
+            .live()
+            .filter(|&i| self.slots[i as usize].in_gc())
+            .collect();
+        for &idx in &keep {
+            self.gc_unlink(idx);
+        }
+        self.buckets_log = buckets_log;
+        self.gc_lists = vec![GcList::EMPTY; 1 << buckets_log];
+        for &idx in &keep {
+            self.gc_link(idx);
         }
         let mut bits = u32::from(buckets_log).max(4);
         while 2 * self.live > (1 << bits) {
@@ -336,22 +392,72 @@ impl<P: Packet> FlowTable<P> {
         self.next_detach_id
     }
 
-    /// Marks flow `idx` detached at `now` (`fq_flow_set_detached`) and queues it for GC.
-    pub(super) fn set_detached(&mut self, idx: u32, now: u64) {
+    /// Marks flow `idx` detached (`fq_flow_set_detached`: `age = jiffies | 1`) and queues it
+    /// for GC.
+    pub(super) fn set_detached(&mut self, idx: u32, jiffies: u64) {
         let id = self.bump_detach_id();
         let f = &mut self.slots[idx as usize];
         f.state = FlowState::Detached;
-        f.age = now;
+        f.age = jiffies | 1;
         self.cold[idx as usize].detach_id = id;
         self.push_age(GcEntry {
-            age: now,
+            age: jiffies | 1,
             slot: idx,
             detach_id: id,
         });
     }
 
+    /// A detached flow is used again: it is no GC candidate any more.
+    #[inline]
+    pub(super) fn reattach(&mut self, idx: u32) {
+        if self.slots[idx as usize].in_gc() {
+            self.gc_unlink(idx);
+        }
+    }
+
+    /// Appends flow `idx` to its bucket's candidate list.
+    fn gc_link(&mut self, idx: u32) {
+        let b = self.bucket(self.cold[idx as usize].key);
+        let last = self.gc_lists[b].last;
+        let c = &mut self.cold[idx as usize];
+        c.gc_prev = last;
+        c.gc_next = NIL;
+        if last == NIL {
+            self.gc_lists[b].first = idx;
+        } else {
+            self.cold[last as usize].gc_next = idx;
+        }
+        self.gc_lists[b].last = idx;
+        self.slots[idx as usize].set_in_gc(true);
+        self.candidates += 1;
+    }
+
+    /// Takes flow `idx` off its bucket's candidate list (it must be on it).
+    fn gc_unlink(&mut self, idx: u32) {
+        let b = self.bucket(self.cold[idx as usize].key);
+        let (prev, next) = {
+            let c = &self.cold[idx as usize];
+            (c.gc_prev, c.gc_next)
+        };
+        if prev == NIL {
+            self.gc_lists[b].first = next;
+        } else {
+            self.cold[prev as usize].gc_next = next;
+        }
+        if next == NIL {
+            self.gc_lists[b].last = prev;
+        } else {
+            self.cold[next as usize].gc_prev = prev;
+        }
+        self.slots[idx as usize].set_in_gc(false);
+        self.candidates -= 1;
+    }
+
     /// Frees flow `idx` (detached and empty) now: its index entry, its slot.
     fn free_slot(&mut self, idx: u32) {
+        if self.slots[idx as usize].in_gc() {
+            self.gc_unlink(idx);
+        }
         let key = self.cold[idx as usize].key;
         if let Some(hit) = self.find(key) {
             debug_assert_eq!(hit.slot, idx);
@@ -362,34 +468,82 @@ impl<P: Packet> FlowTable<P> {
         self.live -= 1;
     }
 
-    /// Frees up to [`GC_MAX`] detached flows older than 3 s, never the flow of `keep`
-    /// (`fq_gc`: the search stops at the flow being looked up).
-    pub(super) fn gc(&mut self, now: u64, keep: u128) -> GcResult {
-        let mut res = GcResult::default();
-        let mut scanned = 0;
-        while (res.freed as usize) < GC_MAX && scanned < GC_SCAN_MAX {
-            let Some(e) = self.ages.front().copied() else {
-                break;
-            };
-            // time_after(now, age + 3 s)
-            if (now.wrapping_sub(e.age.wrapping_add(GC_AGE_NS)) as i64) <= 0 {
-                break;
-            }
-            let f = &self.slots[e.slot as usize];
-            let c = &self.cold[e.slot as usize];
-            // A freed slot has detach_id 0, which no detachment uses.
-            let live = f.state == FlowState::Detached && c.detach_id == e.detach_id;
-            if live && c.key == keep {
+    /// Whether a GC point has anything to look at (a detachment queued or a candidate listed);
+    /// when not, the caller need not read the clock's jiffies.
+    #[inline]
+    pub(super) fn gc_pending(&self) -> bool {
+        self.candidates != 0 || !self.ages.is_empty()
+    }
+
+    /// `fq_gc` before a lookup of `keep`: frees up to [`GC_MAX`] candidates of `keep`'s bucket
+    /// (detached flows with `time_after(jiffies, age + gc_age)`), oldest detachment first,
+    /// never the flow of `keep`. Returns how many were freed.
+    pub(super) fn gc(&mut self, jiffies: u64, gc_age: u64, keep: u128) -> u32 {
+        while let Some(&e) = self.ages.front() {
+            if !time_after(jiffies, e.age.wrapping_add(gc_age)) {
                 break;
             }
             self.ages.pop_front();
-            scanned += 1;
-            if live {
-                self.free_slot(e.slot);
-                res.freed += 1;
+            // A freed slot has detach_id 0, which no detachment uses.
+            let f = &self.slots[e.slot as usize];
+            if f.state == FlowState::Detached && self.cold[e.slot as usize].detach_id == e.detach_id
+            {
+                self.gc_link(e.slot);
             }
         }
-        res
+        if self.candidates == 0 {
+            return 0;
+        }
+        let mut freed = 0;
+        let mut i = self.gc_lists[self.bucket(keep)].first;
+        while i != NIL && freed < GC_MAX as u32 {
+            let next = self.cold[i as usize].gc_next;
+            if self.cold[i as usize].key != keep {
+                self.free_slot(i);
+                freed += 1;
+            }
+            i = next;
+        }
+        freed
+    }
+
+    /// Whether the candidate lists hold exactly the flagged flows, each detached and in its own
+    /// bucket, linked both ways (for invariant checks).
+    pub(super) fn check_gc(&self) -> Result<(), String> {
+        let mut n = 0;
+        for (b, l) in self.gc_lists.iter().enumerate() {
+            let (mut i, mut prev) = (l.first, NIL);
+            while i != NIL {
+                n += 1;
+                if n > self.candidates {
+                    return Err("GC candidate lists hold more than counted".into());
+                }
+                let (f, c) = (&self.slots[i as usize], &self.cold[i as usize]);
+                if !f.in_gc() || f.state != FlowState::Detached || f.qlen != 0 {
+                    return Err(format!(
+                        "flow {i} on a GC list but not a detached candidate"
+                    ));
+                }
+                if self.bucket(c.key) != b || c.gc_prev != prev {
+                    return Err(format!("flow {i} misplaced on GC list {b}"));
+                }
+                (prev, i) = (i, c.gc_next);
+            }
+            if l.last != prev {
+                return Err(format!("GC list {b}: wrong last"));
+            }
+        }
+        let flagged = self
+            .live()
+            .filter(|&i| self.slots[i as usize].in_gc())
+            .count();
+        if n != self.candidates || flagged != n {
+            return Err(format!(
+                "GC candidates: {n} listed, {flagged} flagged, {} counted",
+                self.candidates
+            ));
+        }
+        Ok(())
     }
 
     /// Removes every flow (the caller has purged their packets).
@@ -397,11 +551,14 @@ impl<P: Packet> FlowTable<P> {
         self.index.fill(Entry::VACANT);
         self.live = 0;
         self.ages.clear();
+        self.gc_lists.fill(GcList::EMPTY);
+        self.candidates = 0;
         self.free.clear();
         self.free.extend((0..self.slots.len() as u32).rev());
         for (f, c) in self.slots.iter_mut().zip(&mut self.cold) {
             c.detach_id = 0;
             f.state = FlowState::Detached;
+            f.set_in_gc(false);
         }
     }
 
@@ -421,8 +578,9 @@ impl<P: Packet> FlowTable<P> {
 
 #[cfg(test)]
 mod tests {
-    use super::FlowTable;
+    use super::{FlowTable, hash_ptr};
     use crate::TestPacket;
+    use crate::fq::flow::FlowState;
     use std::collections::HashMap;
 
     /// Inserts, frees (backward-shift deletion) and resizes on a small, crowded index agree with
@@ -453,7 +611,7 @@ mod tests {
                 }
             }
             if step % 997 == 0 {
-                assert_eq!(t.resize((rng % 5) as u8 + 1, 0), 0);
+                assert_eq!(t.resize((rng % 5) as u8 + 1, 0, 3000), 0);
                 assert!(t.index_len() >= 2 * t.len());
             }
             assert_eq!(t.len(), oracle.len());
@@ -470,5 +628,55 @@ mod tests {
         live.sort_unstable();
         want.sort_unstable();
         assert_eq!(live, want);
+    }
+
+    /// GC in one bucket: candidates become so only after 3·HZ jiffies past their odd age, leave
+    /// oldest detachment first, at most 8, never the looked-up key, and never from another
+    /// bucket; a rebuild for a new bucket count frees every candidate.
+    #[test]
+    fn gc_takes_the_oldest_candidates_of_the_looked_up_bucket() {
+        let log = 2;
+        let bucket_of = |key: u128| hash_ptr(key as u64, log);
+        let mut t: FlowTable<TestPacket> = FlowTable::new(log);
+        // Socket keys (id << 1) of bucket 0 and of bucket 1.
+        let keys = |b: usize| {
+            (0u128..)
+                .map(|id| id << 1)
+                .filter(move |&k| bucket_of(k) == b)
+        };
+        let b0: Vec<u128> = keys(0).take(14).collect();
+        let b1: Vec<u128> = keys(1).take(3).collect();
+        let mut slot = HashMap::new();
+        for (n, &k) in b0.iter().chain(&b1).enumerate() {
+            let idx = t.insert(k, 0, 1).unwrap();
+            // Detached at jiffies 100 + n: ages 101, 101, 103, 103, ...
+            t.set_detached(idx, 100 + n as u64);
+            slot.insert(k, idx);
+        }
+        let gc_age = 3000;
+        // Jiffy 3101 is not after 101 + 3000: nothing yet.
+        assert_eq!(t.gc(3101, gc_age, b0[10]), 0);
+        // Jiffy 3104: the four oldest of bucket 0 (ages 101, 101, 103, 103) are candidates.
+        assert_eq!(t.gc(3104, gc_age, b0[10]), 4);
+        t.check_gc().unwrap();
+        for k in &b0[..4] {
+            assert_eq!(t.lookup(*k), None);
+        }
+        // Much later every flow is a candidate: 8 of the 10 left in bucket 0 go, oldest first,
+        // skipping the looked-up key b0[5]: b0[13], the youngest, stays; bucket 1 is untouched.
+        assert_eq!(t.gc(10_000, gc_age, b0[5]), 8);
+        assert!(t.lookup(b0[5]).is_some());
+        assert!(t.lookup(b0[13]).is_some());
+        assert!(b0[6..13].iter().all(|k| t.lookup(*k).is_none()));
+        assert!(b1.iter().all(|k| t.lookup(*k).is_some()));
+        t.check_gc().unwrap();
+        // A reattached candidate leaves its list.
+        t.reattach(slot[&b1[0]]);
+        t.get_mut(slot[&b1[0]]).state = FlowState::Listed;
+        t.check_gc().unwrap();
+        // Resizing frees every remaining candidate (b0[5], b0[13], b1[1], b1[2]), in any bucket.
+        assert_eq!(t.resize(3, 10_000, gc_age), 4);
+        assert_eq!(t.len(), 1);
+        t.check_gc().unwrap();
     }
 }

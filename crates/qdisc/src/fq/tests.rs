@@ -65,7 +65,9 @@ fn new_flow_starts_with_initial_quantum_and_refills_by_quantum() {
 
 #[test]
 fn refill_delay_tops_up_an_idle_flow_to_one_quantum() {
-    for (idle, want_refill) in [(10 * MS, false), (41 * MS, true)] {
+    // Detached at 1 s + 0 = jiffy 1000 (HZ 1000): age = 1000 | 1 = 1001, and the refill needs
+    // time_after(jiffies, 1001 + 40), so jiffy 1042 (sch_fq.c fq_enqueue).
+    for (idle, want_refill) in [(10 * MS, false), (41 * MS, false), (42 * MS, true)] {
         let (c, mut q, mut tf) = setup();
         q.enqueue(TestPacket::new(1, 100).with_flow(sock(7)), &mut tf);
         turn(&mut q, &mut tf, 50);
