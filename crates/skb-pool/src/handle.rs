@@ -326,6 +326,12 @@ impl Local {
 /// else alone (the handle-less remote free).
 pub(crate) fn free_frame(frame: Frame) {
     let pool = frame.meta().pool;
+    if frame.owner() & crate::percpu::HOME_FLAG != 0 {
+        // SAFETY: the frame is exclusively ours (its `Skb` is being dropped), in use, stamped by
+        // the per-CPU path, and carries a reference to its pool, which is therefore alive.
+        unsafe { PoolInner::percpu_free(NonNull::new_unchecked(pool.cast_mut()), frame) };
+        return;
+    }
     let local = LOCALS
         .try_with(|head| {
             let mut cur = head.get();
@@ -545,7 +551,9 @@ impl PoolHandle {
     pub fn free_bulk<I: IntoIterator<Item = Skb>>(&mut self, skbs: I) {
         for skb in skbs {
             let frame = skb.into_frame();
-            if frame.meta().pool != self.pool.inner.as_ptr().cast_const() {
+            if frame.meta().pool != self.pool.inner.as_ptr().cast_const()
+                || frame.owner() & crate::percpu::HOME_FLAG != 0
+            {
                 free_frame(frame);
                 continue;
             }

@@ -39,10 +39,14 @@ mod error;
 mod handle;
 /// Per-frame metadata in a side array, and the free-frame node.
 mod meta;
+/// Per-CPU frame caches: `Pool::alloc` from any thread (rseq or locked).
+mod percpu;
 /// `Pool`, its builder, the shared state and its lifetime.
 mod pool;
 /// The frame region: one mmap, optionally huge pages, usable as an AF_XDP UMEM.
 mod region;
+/// Restartable sequences: the ABI, the thread's area, the x86_64 critical sections.
+pub mod rseq;
 /// Remote free: the owner's defer list, kick and drain (`skb_attempt_defer_free`).
 mod remote;
 /// `Skb`: the owned frame handle and its data window.
@@ -54,6 +58,7 @@ mod sync;
 
 pub use error::{AddrError, BuildError, PoolError, SkbError};
 pub use handle::PoolHandle;
+pub use percpu::{CpuCacheStats, MAX_CPUS, PerCpu, PerCpuStats};
 pub use pool::{
     DEFAULT_CACHE_MAX, DEFAULT_DEFER_MAX, DEFAULT_FRAME_COUNT, DEFAULT_FRAME_SIZE,
     DEFAULT_HEADROOM, DEFAULT_MAX_OWNERS, DEFAULT_REMOTE_BATCH, MAX_FRAME_SIZE, MAX_OWNERS,
@@ -63,3 +68,10 @@ pub use region::{HugePages, Region};
 pub use remote::Wake;
 pub use skb::{OwnerId, Skb, SocketRef};
 pub use stats::{HandleStats, PoolStats};
+
+/// Sets the simulated CPU of the calling modelled thread (loom models of the per-CPU caches).
+#[cfg(lockless_loom)]
+#[doc(hidden)]
+pub fn loom_set_cpu(cpu: u32) {
+    sync::SIM_CPU.with(|c| c.set(cpu));
+}

@@ -115,6 +115,13 @@ impl OwnerSlot {
         true
     }
 
+    /// Claims a fresh slot for good as a CPU's defer list (per-CPU caches): no thread to
+    /// unpark, `wake` kicked at half of `defer_max`.
+    pub(crate) fn claim_for_cpu(&self, wake: Option<Wake>) {
+        self.remote.claimed.store(true, Ordering::Relaxed);
+        *self.wake.lock().unwrap_or_else(PoisonError::into_inner) = wake;
+    }
+
     /// Gives the slot up (the handle is being dropped). Frames freed to it afterwards go to the
     /// overflow list; frames that raced in are found by [`drain`](Self::drain) from anyone.
     pub(crate) fn release(&self) {
