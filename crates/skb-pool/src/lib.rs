@@ -45,10 +45,10 @@ mod percpu;
 mod pool;
 /// The frame region: one mmap, optionally huge pages, usable as an AF_XDP UMEM.
 mod region;
-/// Restartable sequences: the ABI, the thread's area, the x86_64 critical sections.
-pub mod rseq;
 /// Remote free: the owner's defer list, kick and drain (`skb_attempt_defer_free`).
 mod remote;
+/// Restartable sequences: the ABI, the thread's area, the x86_64 critical sections.
+pub mod rseq;
 /// `Skb`: the owned frame handle and its data window.
 mod skb;
 /// Handle and pool counters.

@@ -195,7 +195,9 @@ fn rseq_usable() -> Result<(), &'static str> {
         return Err("the kernel refused to register an rseq area for this thread (Linux < 4.18?)");
     }
     if !crate::rseq::register_membarrier() {
-        return Err("membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ) failed (Linux < 5.10?)");
+        return Err(
+            "membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ) failed (Linux < 5.10?)",
+        );
     }
     Ok(())
 }
@@ -206,12 +208,7 @@ fn rseq_usable() -> Result<(), &'static str> {
 }
 
 impl PerCpuState {
-    pub(crate) fn new(
-        mode: PerCpu,
-        cpus: usize,
-        cap: usize,
-        wake: Option<Wake>,
-    ) -> PerCpuState {
+    pub(crate) fn new(mode: PerCpu, cpus: usize, cap: usize, wake: Option<Wake>) -> PerCpuState {
         let caches = (0..cpus)
             .map(|_| {
                 CachePadded::new(CpuCache {
@@ -251,7 +248,7 @@ impl PerCpuState {
         if self.mode == PerCpu::Rseq {
             return self.run_rseq(want, op);
         }
-        self.run_locked(want, op)
+        self.run_locked(want, op, false)
     }
 
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
@@ -297,7 +294,9 @@ impl PerCpuState {
         }
     }
 
-    fn run_locked(&self, want: Option<u32>, op: Op) -> Res {
+    /// The locked section; with `wait`, a busy lock is waited for (yielding) instead of
+    /// refused.
+    fn run_locked(&self, want: Option<u32>, op: Op, wait: bool) -> Res {
         let Some(cpu) = current_cpu() else {
             return Res::NoCache;
         };
@@ -308,11 +307,15 @@ impl PerCpuState {
             return Res::NoCache;
         };
         // Acquire: the previous holder's stack and word writes are visible.
-        if c.lock
+        while c
+            .lock
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            return Res::NoCache;
+            if !wait {
+                return Res::NoCache;
+            }
+            thread::yield_now();
         }
         // Relaxed: `freeze` stores `dying` before it takes this lock, so a holder that took the
         // lock after it sees the flag, and one that took it before is waited for.
@@ -351,7 +354,8 @@ impl PerCpuState {
     pub(crate) fn freeze(&self) -> Option<u32> {
         self.dying.store(true, Ordering::SeqCst);
         match self.mode {
-            PerCpu::Rseq => {
+            PerCpu::Rseq =>
+            {
                 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
                 if !crate::rseq::membarrier_rseq() {
                     return None;
@@ -439,10 +443,26 @@ impl PoolInner {
             }
             Res::NotHere | Res::NoCache => {
                 pc.shared.fetch_add(1, Ordering::Relaxed);
-                let frame = self.refill(usize::MAX)?;
-                self.acquire(1);
-                frame.init(NO_HOME, headroom);
-                Some(frame)
+                if let Some(frame) = self.refill(usize::MAX) {
+                    self.acquire(1);
+                    frame.init(NO_HOME, headroom);
+                    return Some(frame);
+                }
+                // Shared sources dry: a locked cache whose try-lock we lost may still hold
+                // frames. Wait for its holder (preempted mid-operation) rather than fail.
+                if pc.mode != PerCpu::Locked {
+                    return None;
+                }
+                match pc.run_locked(None, Op::Pop(POP_ALLOC), true) {
+                    Res::Done(item, cpu) => {
+                        // SAFETY: the caches hold only addresses of this pool's metadata.
+                        let frame =
+                            Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+                        frame.init(home_stamp(cpu), headroom);
+                        Some(frame)
+                    }
+                    Res::Refused(_) | Res::NotHere | Res::NoCache => None,
+                }
             }
         }
     }
@@ -469,7 +489,11 @@ impl PoolInner {
             got = batch.unwrap_or_default();
         }
         if got.is_empty() {
-            got = probe(pc.slots.iter().chain(self.slots.iter().filter(|s| !s.is_claimed())));
+            got = probe(
+                pc.slots
+                    .iter()
+                    .chain(self.slots.iter().filter(|s| !s.is_claimed())),
+            );
         }
         let first = got.pop_front()?;
         self.stash(got);
@@ -502,9 +526,9 @@ impl PoolInner {
         for _ in 0..self.percpu.cap.div_ceil(2) {
             match self.percpu.run(None, Op::Pop(POP_SPARE)) {
                 // SAFETY: the caches hold only addresses of this pool's metadata entries.
-                Res::Done(item, _) => {
-                    out.push_back(Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) }))
-                }
+                Res::Done(item, _) => out.push_back(Frame(unsafe {
+                    NonNull::new_unchecked(item as *mut FrameMeta)
+                })),
                 Res::Refused(_) | Res::NotHere | Res::NoCache => break,
             }
         }

@@ -209,7 +209,9 @@ mod imp {
     pub(crate) fn register_membarrier() -> bool {
         static OK: OnceLock<bool> = OnceLock::new();
         // SAFETY: membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0).
-        *OK.get_or_init(|| unsafe { libc::syscall(libc::SYS_membarrier, 1i32 << 8, 0u32, 0i32) } == 0)
+        *OK.get_or_init(
+            || unsafe { libc::syscall(libc::SYS_membarrier, 1i32 << 8, 0u32, 0i32) } == 0,
+        )
     }
 
     /// Restarts every rseq critical section of this process running on any CPU, and orders
@@ -405,7 +407,9 @@ mod imp {
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
-pub(crate) use imp::{add, area, cpu, glibc_registered, membarrier_rseq, pop, push, register_membarrier};
+pub(crate) use imp::{
+    add, area, cpu, glibc_registered, membarrier_rseq, pop, push, register_membarrier,
+};
 
 /// Whether glibc registered this process's rseq areas (as opposed to this crate, per thread).
 /// `false` where rseq is not supported.

@@ -14,14 +14,18 @@ pub(crate) use core::cell::UnsafeCell;
 #[cfg(lockless_loom)]
 pub(crate) use loom::sync::Mutex;
 #[cfg(lockless_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(lockless_loom)]
 pub(crate) use loom::thread;
 
 #[cfg(not(lockless_loom))]
 pub(crate) use std::sync::Mutex;
 #[cfg(not(lockless_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(not(lockless_loom))]
 pub(crate) use std::thread;
 

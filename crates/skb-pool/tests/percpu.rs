@@ -54,13 +54,21 @@ fn auto_reports_rseq_on_x86_64_linux_and_locked_on_request() {
     if skb_pool::rseq::SUPPORTED {
         // Linux ≥ 5.10 with glibc's area or our own (GLIBC_TUNABLES=glibc.pthread.rseq=0).
         assert_eq!(auto.per_cpu(), PerCpu::Rseq);
-        let rseq = Pool::builder().frame_count(64).per_cpu(PerCpu::Rseq).build().unwrap();
+        let rseq = Pool::builder()
+            .frame_count(64)
+            .per_cpu(PerCpu::Rseq)
+            .build()
+            .unwrap();
         assert_eq!(rseq.per_cpu(), PerCpu::Rseq);
     } else {
         assert_eq!(auto.per_cpu(), PerCpu::Locked);
         assert!(Pool::builder().per_cpu(PerCpu::Rseq).build().is_err());
     }
-    let locked = Pool::builder().frame_count(64).per_cpu(PerCpu::Locked).build().unwrap();
+    let locked = Pool::builder()
+        .frame_count(64)
+        .per_cpu(PerCpu::Locked)
+        .build()
+        .unwrap();
     assert_eq!(locked.per_cpu(), PerCpu::Locked);
     assert_eq!(locked.per_cpu_stats().mode, PerCpu::Locked);
 }
@@ -116,7 +124,10 @@ fn remote_free_goes_to_the_home_defer_list_kicks_at_half_and_drains_on_the_next_
         assert_eq!(st.cpus[0].deferred, 12, "{mode:?}: {st:?}");
         assert!(st.cpus[0].has_deferred);
         assert_eq!(wakes.load(Ordering::Relaxed), 1, "{mode:?}");
-        assert_eq!(st.cpus[0].cached, cached0, "remote frees never touch CPU 0's cache");
+        assert_eq!(
+            st.cpus[0].cached, cached0,
+            "remote frees never touch CPU 0's cache"
+        );
         // The next allocation on CPU 0 (whatever thread) sees the kick and drains.
         let skb = on_cpu(0, || pool.alloc().unwrap());
         let st = pool.per_cpu_stats();
@@ -138,7 +149,10 @@ fn an_allocator_drains_the_defer_list_of_a_cpu_nobody_allocates_on() {
         let again = on_cpu(0, move || {
             drop(skbs);
             // Cache and depot are empty; each frame must come from CPU 1's defer list.
-            (0..8).map(|_| pool.alloc()).collect::<Result<Vec<_>, _>>().map(|v| (v, pool))
+            (0..8)
+                .map(|_| pool.alloc())
+                .collect::<Result<Vec<_>, _>>()
+                .map(|v| (v, pool))
         });
         let (again, pool) = again.unwrap_or_else(|e| panic!("{mode:?}: stranded: {e}"));
         assert_eq!(pool.stats().in_use, 8);
@@ -160,7 +174,9 @@ fn a_cpu_past_the_table_takes_the_shared_path() {
             .per_cpu(mode)
             .build()
             .unwrap();
-        let skbs = on_cpu(1, || (0..5).map(|_| pool.alloc().unwrap()).collect::<Vec<_>>());
+        let skbs = on_cpu(1, || {
+            (0..5).map(|_| pool.alloc().unwrap()).collect::<Vec<_>>()
+        });
         assert!(skbs.iter().all(|s| s.home_cpu().is_none()), "{mode:?}");
         assert_eq!(pool.per_cpu_stats().cpus.len(), 1);
         on_cpu(1, || drop(skbs));
@@ -181,7 +197,8 @@ fn exhaustion_is_a_typed_error_and_frames_outlive_the_pool_value() {
         assert_eq!(pool.alloc_bulk(20, &mut held), 16);
         assert_eq!(pool.alloc().unwrap_err(), PoolError::Exhausted);
         assert_eq!(
-            pool.alloc_wait(std::time::Duration::from_millis(2)).unwrap_err(),
+            pool.alloc_wait(std::time::Duration::from_millis(2))
+                .unwrap_err(),
             PoolError::Exhausted
         );
         let mut skb = held.pop().unwrap();
@@ -211,7 +228,11 @@ fn per_cpu_frames_round_trip_through_the_kernel_address_path() {
 #[test]
 fn handle_and_per_cpu_frames_mix_on_one_pool() {
     // Depot batches of 8, so the handle's first refill does not take every frame.
-    let pool = Pool::builder().frame_count(64).cache_max(16).build().unwrap();
+    let pool = Pool::builder()
+        .frame_count(64)
+        .cache_max(16)
+        .build()
+        .unwrap();
     let mut h = pool.handle().unwrap();
     let a = h.alloc().unwrap();
     let b = pool.alloc().unwrap();

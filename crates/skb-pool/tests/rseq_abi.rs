@@ -46,13 +46,17 @@ fn installed_header_declares_the_same_fields_in_order() {
         return;
     };
     let body = |name: &str| -> Vec<String> {
-        let start = h.find(&format!("struct {name} {{")).expect("struct in header");
+        let start = h
+            .find(&format!("struct {name} {{"))
+            .expect("struct in header");
         let end = start + h[start..].find("} __attribute__").expect("struct end");
         h[start..end]
             .lines()
             .filter_map(|l| {
                 let l = l.trim();
-                let l = l.strip_prefix("__u32 ").or_else(|| l.strip_prefix("__u64 "))?;
+                let l = l
+                    .strip_prefix("__u32 ")
+                    .or_else(|| l.strip_prefix("__u64 "))?;
                 Some(l.trim_end_matches(';').to_string())
             })
             .collect()
@@ -61,6 +65,12 @@ fn installed_header_declares_the_same_fields_in_order() {
     assert_eq!(&rseq[..4], ["cpu_id_start", "cpu_id", "rseq_cs", "flags"]);
     assert_eq!(
         body("rseq_cs"),
-        ["version", "flags", "start_ip", "post_commit_offset", "abort_ip"]
+        [
+            "version",
+            "flags",
+            "start_ip",
+            "post_commit_offset",
+            "abort_ip"
+        ]
     );
 }
