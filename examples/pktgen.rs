@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use lockless_xmit::harness::{
-    self, Cell, Contender, PacketWriter, QdiscKind, Target, Tick, Workload,
+    self, Cell, Contender, PacketWriter, PoolKind, QdiscKind, Target, Tick, Workload,
 };
 use qdisc::{Driver, DropReason, Overflow, Qdisc, Strategy, TxQueue, Verdict};
 use skb_pool::Skb;
@@ -107,9 +107,35 @@ struct Cli {
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=1024))]
     compare: Option<Vec<u64>>,
 
+    /// How producers allocate frames: `owner` (a pool handle per producer thread), `percpu`
+    /// (`Pool::alloc` from the per-CPU caches, no handle), or, with --compare, `both` (every
+    /// cell with each, plus a table of percpu / owner in the same run).
+    #[arg(long, value_enum, default_value_t = PoolArg::Owner)]
+    pool: PoolArg,
+
     /// Print the final figures (and each compare cell) as one JSON object per line.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PoolArg {
+    /// A pool handle per producer thread.
+    Owner,
+    /// The pool's per-CPU caches.
+    Percpu,
+    /// Both, cell by cell (--compare only).
+    Both,
+}
+
+impl PoolArg {
+    fn kinds(self) -> &'static [PoolKind] {
+        match self {
+            PoolArg::Owner => &[PoolKind::Owner],
+            PoolArg::Percpu => &[PoolKind::PerCpu],
+            PoolArg::Both => &[PoolKind::Owner, PoolKind::PerCpu],
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -274,7 +300,12 @@ fn main() -> ExitCode {
         latency_histogram: cli.compare.is_none(),
         burst: cli.burst as usize,
         park: cli.park,
+        pool: cli.pool.kinds()[0],
     };
+    if cli.pool == PoolArg::Both && cli.compare.is_none() {
+        eprintln!("pktgen: error: '--pool both' needs '--compare': use owner or percpu");
+        return ExitCode::from(2);
+    }
     let needs_frames = cli.veth || cli.driver != DriverSpec::Null;
     if needs_frames && cli.size < MIN_UDP_FRAME as u64 {
         eprintln!(
@@ -635,34 +666,41 @@ fn report(cell: &Cell, w: &Workload) {
 }
 
 fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
-    let mut rows: Vec<(u64, Contender, Cell)> = Vec::new();
+    let mut rows: Vec<(u64, Contender, PoolKind, Cell)> = Vec::new();
     if !cli.json {
         println!(
-            "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell",
+            "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell, pool {:?}",
             base.qdisc.name(),
             base.driver_ns,
             base.size,
-            cli.duration
+            cli.duration,
+            cli.pool
         );
     }
     let mut ok = true;
     for &threads in counts {
         for contender in Contender::ALL {
-            let w = Workload {
-                contender,
-                producers: threads as usize,
-                ..base.clone()
-            };
-            let cell = harness::run(&w, &mut |_| {});
-            ok &= cell.conserved();
-            if cli.json {
-                println!("{}", json_cell(&cell, &w, Some(threads)));
+            for &pool in cli.pool.kinds() {
+                let w = Workload {
+                    contender,
+                    producers: threads as usize,
+                    pool,
+                    ..base.clone()
+                };
+                let cell = harness::run(&w, &mut |_| {});
+                ok &= cell.conserved();
+                if cli.json {
+                    println!("{}", json_cell(&cell, &w, Some(threads)));
+                }
+                rows.push((threads, contender, pool, cell));
             }
-            rows.push((threads, contender, cell));
         }
     }
     if !cli.json {
         print!("{}", compare_table(&rows));
+        if cli.pool == PoolArg::Both {
+            print!("{}", pool_table(&rows));
+        }
     }
     if ok {
         ExitCode::SUCCESS
@@ -671,19 +709,20 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     }
 }
 
-/// The before/after table: every cell, then each strategy against busylock and the best peer.
-fn compare_table(rows: &[(u64, Contender, Cell)]) -> String {
+/// The before/after table: every cell, then each strategy against busylock and the best peer
+/// (with the same pool kind).
+fn compare_table(rows: &[(u64, Contender, PoolKind, Cell)]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| threads | strategy | Mpps | drops | CPU ns/pkt | vs busylock | vs best peer |"
+        "\n| threads | strategy | pool | Mpps | drops | CPU ns/pkt | vs busylock | vs best peer |"
     );
-    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|");
-    for &(threads, contender, ref cell) in rows {
+    let _ = writeln!(out, "|---:|---|---|---:|---:|---:|---:|---:|");
+    for &(threads, contender, pool, ref cell) in rows {
         let same = |c: Contender| {
             rows.iter()
-                .find(|(t, k, _)| *t == threads && *k == c)
-                .map(|(_, _, cell)| cell.pps())
+                .find(|(t, k, p, _)| *t == threads && *k == c && *p == pool)
+                .map(|(_, _, _, cell)| cell.pps())
         };
         let busy = same(Contender::Engine(Strategy::BusyLock)).unwrap_or(f64::NAN);
         let peer = same(Contender::Mutex)
@@ -691,13 +730,44 @@ fn compare_table(rows: &[(u64, Contender, Cell)]) -> String {
             .max(same(Contender::SegQueue).unwrap_or(0.0));
         let _ = writeln!(
             out,
-            "| {threads} | {} | {:.2} | {} | {:.0} | {:.2}x | {:.2}x |",
+            "| {threads} | {} | {} | {:.2} | {} | {:.0} | {:.2}x | {:.2}x |",
             contender.name(),
+            pool.name(),
             cell.pps() / 1e6,
             cell.dropped,
             cell.cpu_ns_per_pkt(),
             cell.pps() / busy,
             cell.pps() / peer
+        );
+    }
+    out
+}
+
+/// `--pool both`: each cell's per-CPU rate over its per-owner rate, same run.
+fn pool_table(rows: &[(u64, Contender, PoolKind, Cell)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n| threads | strategy | percpu Mpps | owner Mpps | percpu / owner |"
+    );
+    let _ = writeln!(out, "|---:|---|---:|---:|---:|");
+    for &(threads, contender, pool, ref cell) in rows {
+        if pool != PoolKind::PerCpu {
+            continue;
+        }
+        let Some((_, _, _, owner)) = rows
+            .iter()
+            .find(|(t, k, p, _)| *t == threads && *k == contender && *p == PoolKind::Owner)
+        else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "| {threads} | {} | {:.2} | {:.2} | {:.2}x |",
+            contender.name(),
+            cell.pps() / 1e6,
+            owner.pps() / 1e6,
+            cell.pps() / owner.pps()
         );
     }
     out
@@ -717,6 +787,7 @@ fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>) -> String {
         field("threads", w.producers.to_string());
     }
     field("strategy", format!("\"{}\"", w.contender.name()));
+    field("pool", format!("\"{}\"", w.pool.name()));
     field("qdisc", format!("\"{}\"", w.qdisc.name()));
     field("burst", w.burst.to_string());
     field("park", w.park.to_string());

@@ -241,8 +241,9 @@ impl PerCpuState {
     }
 
     /// Runs `op` on the cache of the CPU the thread is on (if `want` is set, only if that is
-    /// CPU `want`).
-    #[inline]
+    /// CPU `want`). Always inlined: `op` is a constant at every call site, so each use
+    /// compiles to its one section.
+    #[inline(always)]
     fn run(&self, want: Option<u32>, op: Op) -> Res {
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
         if self.mode == PerCpu::Rseq {
@@ -252,7 +253,7 @@ impl PerCpuState {
     }
 
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
-    #[inline]
+    #[inline(always)]
     fn run_rseq(&self, want: Option<u32>, op: Op) -> Res {
         use crate::rseq::{self, Status};
         let Some(area) = rseq::area() else {
@@ -267,19 +268,20 @@ impl PerCpuState {
             let Some(c) = self.caches.get(cpu as usize) else {
                 return Res::NoCache;
             };
-            let word = c.word.as_ptr();
-            let items = c.items.as_ptr().cast::<usize>().cast_mut();
+            let cache = rseq::CacheRef {
+                word: c.word.as_ptr(),
+                items: c.items.as_ptr().cast::<usize>().cast_mut(),
+                cap: self.cap as u64,
+                dying,
+            };
             // SAFETY: `area` is this thread's registered area; the word, the items (`cap` of
             // them) and `dying` live as long as the pool, which the caller's reference keeps
             // alive; in an Rseq pool only these sections, on CPU `cpu`, write them.
             let (st, item) = unsafe {
                 match op {
-                    Op::Pop(d) => rseq::pop(area, cpu, word, items, dying, d),
-                    Op::Push(it, d) => (
-                        rseq::push(area, cpu, word, items, self.cap as u64, dying, it, d),
-                        0,
-                    ),
-                    Op::Add(d) => (rseq::add(area, cpu, word, dying, d), 0),
+                    Op::Pop(d) => rseq::pop(area, cpu, cache, d),
+                    Op::Push(it, d) => (rseq::push(area, cpu, cache, it, d), 0),
+                    Op::Add(d) => (rseq::add(area, cpu, cache, d), 0),
                 }
             };
             match st {

@@ -87,9 +87,19 @@ pub(crate) enum Status {
     Abort,
 }
 
+/// The per-CPU cache a section works on: its commit word, its item array of `cap` slots, and
+/// the pool's `dying` byte.
+#[derive(Clone, Copy)]
+pub(crate) struct CacheRef {
+    pub(crate) word: *mut u64,
+    pub(crate) items: *mut usize,
+    pub(crate) cap: u64,
+    pub(crate) dying: *const u8,
+}
+
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
 mod imp {
-    use super::{Cell, RSEQ_SIG, RseqAbi, Status};
+    use super::{CacheRef, Cell, RSEQ_SIG, RseqAbi, Status};
     use std::sync::OnceLock;
 
     /// A thread's own area, for when glibc registered none. Unregistered when the thread-local
@@ -107,7 +117,7 @@ mod imp {
     }
 
     /// Marker: this thread has no usable area.
-    const UNAVAILABLE: *mut RseqAbi = 1 as *mut RseqAbi;
+    const UNAVAILABLE: *mut RseqAbi = core::ptr::dangling_mut();
 
     std::thread_local! {
         static AREA: Cell<*mut RseqAbi> = const { Cell::new(core::ptr::null_mut()) };
@@ -190,7 +200,7 @@ mod imp {
 
     /// The calling thread's registered area, registering one if needed; `None` if this thread
     /// cannot have one (registration refused, thread-locals already destroyed).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn area() -> Option<*mut RseqAbi> {
         let p = AREA.try_with(Cell::get).unwrap_or(UNAVAILABLE);
         let p = if p.is_null() { find_area() } else { p };
@@ -222,6 +232,7 @@ mod imp {
         unsafe { libc::syscall(libc::SYS_membarrier, 1i32 << 7, 0u32, 0i32) == 0 }
     }
 
+    #[inline(always)]
     fn status(st: u32) -> Status {
         match st {
             0 => Status::Done,
@@ -283,16 +294,14 @@ mod imp {
     ///
     /// # Safety
     ///
-    /// `area` is the calling thread's registered area; `word`, `items` (at least as many slots
-    /// as the count can reach) and `dying` are live and only ever written by sections on CPU
-    /// `cpu` (or by a thread that took the per-CPU lock of a `Locked` pool, never mixed).
-    #[inline]
+    /// `area` is the calling thread's registered area; `c`'s word, items (`cap` slots) and
+    /// `dying` are live, and the word and items are only ever written by sections on CPU `cpu`
+    /// (never mixed with the locked path).
+    #[inline(always)]
     pub(crate) unsafe fn pop(
         area: *mut RseqAbi,
         cpu: u32,
-        word: *mut u64,
-        items: *mut usize,
-        dying: *const u8,
+        c: CacheRef,
         delta: u64,
     ) -> (Status, usize) {
         let st: u32;
@@ -312,9 +321,9 @@ mod imp {
                 ;
                 rseq = in(reg) area,
                 cpu = in(reg) cpu,
-                dying = in(reg) dying,
-                word = in(reg) word,
-                items = in(reg) items,
+                dying = in(reg) c.dying,
+                word = in(reg) c.word,
+                items = in(reg) c.items,
                 delta = in(reg) delta,
                 tmp = out(reg) _,
                 w = out(reg) _,
@@ -330,15 +339,12 @@ mod imp {
     ///
     /// # Safety
     ///
-    /// As [`pop`], and `items` has `cap` slots.
-    #[inline]
+    /// As [`pop`].
+    #[inline(always)]
     pub(crate) unsafe fn push(
         area: *mut RseqAbi,
         cpu: u32,
-        word: *mut u64,
-        items: *mut usize,
-        cap: u64,
-        dying: *const u8,
+        c: CacheRef,
         item: usize,
         delta: u64,
     ) -> Status {
@@ -357,10 +363,10 @@ mod imp {
                 ;
                 rseq = in(reg) area,
                 cpu = in(reg) cpu,
-                dying = in(reg) dying,
-                word = in(reg) word,
-                items = in(reg) items,
-                cap = in(reg) cap,
+                dying = in(reg) c.dying,
+                word = in(reg) c.word,
+                items = in(reg) c.items,
+                cap = in(reg) c.cap,
                 item = in(reg) item,
                 delta = in(reg) delta,
                 tmp = out(reg) _,
@@ -376,14 +382,8 @@ mod imp {
     /// # Safety
     ///
     /// As [`pop`].
-    #[inline]
-    pub(crate) unsafe fn add(
-        area: *mut RseqAbi,
-        cpu: u32,
-        word: *mut u64,
-        dying: *const u8,
-        delta: u64,
-    ) -> Status {
+    #[inline(always)]
+    pub(crate) unsafe fn add(area: *mut RseqAbi, cpu: u32, c: CacheRef, delta: u64) -> Status {
         let st: u32;
         // SAFETY: as in `pop`; the section writes only `*word`.
         unsafe {
@@ -394,8 +394,8 @@ mod imp {
                 ;
                 rseq = in(reg) area,
                 cpu = in(reg) cpu,
-                dying = in(reg) dying,
-                word = in(reg) word,
+                dying = in(reg) c.dying,
+                word = in(reg) c.word,
                 delta = in(reg) delta,
                 tmp = out(reg) _,
                 w = out(reg) _,
