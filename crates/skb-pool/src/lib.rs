@@ -1,8 +1,25 @@
-//! Per-owner frame pool with lock-free remote-free deferral: the user-space
-//! `skb_attempt_defer_free`, over one memory region usable as an AF_XDP UMEM.
+//! Frame pool with per-CPU caches and per-owner handles, and lock-free remote-free deferral
+//! (the user-space `skb_attempt_defer_free`), over one memory region usable as an AF_XDP UMEM.
 //!
-//! A [`Pool`] maps a [`Region`] of fixed-size frames. Each thread that allocates registers a
-//! [`PoolHandle`] (an *owner*, the kernel's CPU) and gets [`Skb`]s: one-pointer handles of a
+//! # Which allocation path
+//!
+//! - [`Pool::alloc`] (per-CPU caches): any thread, no registration — thread pools, async
+//!   tasks that move between threads, threads that come and go. A frame goes home to the CPU
+//!   that allocated it, whichever thread frees it there; frames freed on another CPU go to the
+//!   home CPU's defer list, and an allocator that finds its cache and the depot dry drains
+//!   other CPUs' lists, so idle threads strand nothing. On x86_64 Linux the fast path is a
+//!   restartable sequence ([`PerCpu::Rseq`]); elsewhere a per-CPU try-lock
+//!   ([`PerCpu::Locked`]). Remote frees are pushed one by one (no per-thread batch to flush).
+//! - [`PoolHandle`] (per-owner caches): one handle per pinned thread (DPDK-style lcores),
+//!   no rseq, remote frees batched per owner; but every allocating thread must hold one
+//!   (at most `max_owners`), and frames cached by an idle owner are out of reach of the others.
+//!
+//! Both paths share the region, the depot and the overflow list, and an [`Skb`] behaves the same
+//! whichever allocated it (data window, [`Skb::into_addr`] / [`Pool::skb_from_addr`], drop sends
+//! it home).
+//!
+//! A [`Pool`] maps a [`Region`] of fixed-size frames. A thread that allocates through a handle
+//! registers a [`PoolHandle`] (an *owner*, the kernel's CPU) and gets [`Skb`]s: one-pointer handles of a
 //! frame with a kernel-style data window (`put`/`push`/`pull`/`trim`) and the metadata a qdisc
 //! and a driver need. Dropping an `Skb` returns its frame to the owner that allocated it: into
 //! the owner's cache on the owner's thread, else through the owner's lock-free defer list
