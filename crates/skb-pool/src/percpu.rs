@@ -423,6 +423,7 @@ fn home_stamp(cpu: u32) -> u16 {
 impl PoolInner {
     /// `Pool::alloc`: a frame from this CPU's cache, else refilled, else the shared path.
     /// The frame is stamped, in use, and carries one pool reference.
+    #[inline]
     pub(crate) fn percpu_alloc(&self) -> Option<Frame> {
         let pc = &self.percpu;
         let headroom = self.cfg.headroom;
@@ -473,6 +474,7 @@ impl PoolInner {
     /// returns one and stashes the rest: its defer list, the overflow list, the depot, other
     /// CPUs' defer lists (one probe each), vacant owner slots.
     #[cold]
+    #[inline(never)]
     fn refill(&self, cpu: usize) -> Option<Frame> {
         let pc = &self.percpu;
         let mut got: Fifo<Frame> = match pc.slots.get(cpu) {
@@ -504,6 +506,8 @@ impl PoolInner {
 
     /// Puts free frames (carrying no references) into this CPU's cache; what does not fit goes
     /// to the depot.
+    #[cold]
+    #[inline(never)]
     fn stash(&self, mut frames: Fifo<Frame>) {
         while let Some(f) = frames.pop_front() {
             let addr = f.0.as_ptr() as usize;
@@ -523,6 +527,7 @@ impl PoolInner {
 
     /// Moves half of this CPU's (full) cache to the depot.
     #[cold]
+    #[inline(never)]
     fn flush_half(&self) {
         let mut out = Fifo::new();
         for _ in 0..self.percpu.cap.div_ceil(2) {
@@ -548,6 +553,7 @@ impl PoolInner {
     ///
     /// `frame` is an exclusively held in-use frame of the pool at `this`, stamped by
     /// [`percpu_alloc`](Self::percpu_alloc), carrying one reference to it.
+    #[inline]
     pub(crate) unsafe fn percpu_free(this: NonNull<PoolInner>, frame: Frame) {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
@@ -583,6 +589,8 @@ impl PoolInner {
     /// # Safety
     ///
     /// As [`percpu_free`](Self::percpu_free) (the frame already marked free).
+    #[cold]
+    #[inline(never)]
     unsafe fn percpu_free_remote(this: NonNull<PoolInner>, frame: Frame, home: usize) {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
