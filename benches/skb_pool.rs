@@ -926,9 +926,10 @@ fn stranding(per_cpu: bool, iters: usize) -> (u64, usize) {
                             }
                         }
                     }
+                    // Hold them across a yield, so the 32 threads' frames overlap.
+                    thread::yield_now();
                     in_use.fetch_sub(held.len(), std::sync::atomic::Ordering::Relaxed);
                     held.clear();
-                    thread::yield_now();
                 }
             });
         }
