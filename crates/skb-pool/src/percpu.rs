@@ -219,11 +219,7 @@ impl PerCpuState {
             })
             .collect();
         let slots = (0..cpus)
-            .map(|_| {
-                let s = OwnerSlot::new();
-                s.claim_for_cpu(wake.clone());
-                s
-            })
+            .map(|_| OwnerSlot::new_for_cpu(wake.clone()))
             .collect();
         PerCpuState {
             mode,
