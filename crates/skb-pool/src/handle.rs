@@ -187,11 +187,14 @@ impl Local {
             self.cache.append(&mut batch);
             return f;
         }
-        // Last resort: frames freed to slots whose handles are gone (they raced the drop).
+        // Last resort: frames freed to slots whose handles are gone (they raced the drop), and
+        // per-CPU frames sent home to CPUs where nobody calls `Pool::alloc` any more.
         let pool = self.pool;
         // SAFETY: our handle's reference keeps the pool alive; the borrow is not tied to self.
-        for slot in unsafe { pool.as_ref() }.slots.iter() {
-            if !slot.is_claimed() && !slot.looks_empty() {
+        let pool = unsafe { pool.as_ref() };
+        let vacant = pool.slots.iter().filter(|s| !s.is_claimed());
+        for slot in vacant.chain(pool.percpu.slots.iter()) {
+            if !slot.looks_empty() {
                 self.splice(slot.drain(), Source::Own);
                 if let Some(f) = self.pop_taken() {
                     return Some(f);

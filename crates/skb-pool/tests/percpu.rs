@@ -241,3 +241,25 @@ fn handle_and_per_cpu_frames_mix_on_one_pool() {
     drop(h);
     assert_eq!(pool.stats().free, 64);
 }
+
+#[test]
+fn a_handle_reaches_per_cpu_frames_sent_home_to_an_idle_cpu() {
+    for mode in modes() {
+        let pool = pool(mode, 8);
+        let skbs: Vec<Skb> = on_cpu(1, || (0..8).map(|_| pool.alloc().unwrap()).collect());
+        let got = on_cpu(0, || {
+            drop(skbs); // all to CPU 1's defer list
+            let mut h = pool.handle().unwrap();
+            let got: Vec<Skb> = (0..8).map_while(|_| h.alloc().ok()).collect();
+            let n = got.len();
+            drop(got);
+            drop(h);
+            n
+        });
+        assert_eq!(
+            got, 8,
+            "{mode:?}: a handle could not reach CPU 1's defer list"
+        );
+        assert_eq!(pool.stats().free, 8);
+    }
+}
