@@ -1,21 +1,25 @@
-//! [`Pool`]: the shared part of the frame pool — region, side array, owner slots, the overflow
-//! list and the depot — and its builder.
+//! [`Pool`]: the shared part of the frame pool — region, side array, owner slots, the per-CPU
+//! caches, the overflow list and the depot — and its builder.
 //!
-//! Free frames live in five places: an owner's cache (touched without atomics), an owner's
-//! defer list (remote frees, `skb_attempt_defer_free`), a freeing thread's unflushed batch, the
-//! shared overflow list (remote frees over `defer_max`), and the depot (batches of frames not
-//! yet handed to any owner, or given back by an owner whose cache grew past `cache_max` or that
-//! was dropped). The depot is a mutex-guarded stack of whole batches, as page_pool's ring is
-//! spinlocked: it is touched once per `cache_max / 2` frames at most.
+//! Free frames live in seven places: an owner's cache (touched without atomics), an owner's
+//! defer list (remote frees, `skb_attempt_defer_free`), a freeing thread's unflushed batch, a
+//! CPU's cache and a CPU's defer list (`percpu.rs`), the shared overflow list (remote frees
+//! over `defer_max`), and the depot (batches of frames not yet handed to any owner or CPU, or
+//! given back by an owner whose cache grew past `cache_max` or that was dropped, or by a full CPU
+//! cache). The depot is a mutex-guarded stack of whole batches, as page_pool's ring is
+//! spinlocked: it is touched once per half a cache at most.
 //!
 //! # Lifetime
 //!
-//! The pool is freed when the last reference goes. References are counted in one word: one per
-//! [`Pool`] value, one per handle, and one per frame out of the pool (in an `Skb` or in
-//! flight). Handles buy frame references in blocks and keep the change, and a frame freed
-//! through a handle leaves its reference with that handle, so the count is touched about once
-//! per thousand frames, not per frame. Frames handed to the kernel keep the pool — and so the
-//! UMEM — alive until they come back.
+//! The pool is freed when the last reference goes. `Pool` values (each handle holds one) are
+//! counted in `users`; frames out of the pool (in an `Skb` or in flight) and the handles'
+//! spare frame references in `refs`, which carries a bias while any `Pool` value exists.
+//! Handles buy frame references in blocks and keep the change, and a frame freed through a
+//! handle leaves its reference with that handle, so the count is touched about once per
+//! thousand frames, not per frame. Per-CPU frames count their references in their CPUs' words
+//! instead, folded into `refs` when the last `Pool` value goes (see `percpu.rs`); from then on
+//! `refs` is exact and the pool goes with its last frame. Frames handed to the kernel keep the
+//! pool — and so the UMEM — alive until they come back.
 
 use core::fmt;
 use core::ptr::NonNull;
