@@ -346,13 +346,23 @@ fn percpu_drain_of_a_cpu_nobody_allocates_on() {
     });
 }
 
+/// A wake callback holding a token: the pool drops the callback (and the token's clone) when
+/// it is freed, so the token's count says whether it was.
+fn freed_token() -> (LoomArc<()>, skb_pool::Wake) {
+    let token = LoomArc::new(());
+    let t = token.clone();
+    (token, Arc::new(move || drop(t.clone())))
+}
+
 /// The last `Pool` value goes while another thread frees per-CPU frames: the per-CPU
-/// reference shares are frozen and folded in exactly once, and the pool is freed only after
-/// the last frame (loom reports a leak or a use after free).
+/// reference shares are frozen and folded in exactly once, and the pool is freed, exactly
+/// when the last frame comes back (after the join the token's clone must be gone: a leak
+/// fails here; a free before the last frame is a use after free in the freeing thread).
 #[test]
 fn percpu_pool_dropped_while_frames_are_freed() {
     loom::model(|| {
-        let pool = percpu_pool(2, None);
+        let (token, wake) = freed_token();
+        let pool = percpu_pool(2, Some(wake));
         skb_pool::loom_set_cpu(0);
         let skbs: Vec<Skb> = (0..2).map(|_| pool.alloc().unwrap()).collect();
         let t = thread::spawn(move || {
@@ -361,5 +371,25 @@ fn percpu_pool_dropped_while_frames_are_freed() {
         });
         drop(pool);
         t.join().unwrap();
+        assert_eq!(LoomArc::strong_count(&token), 1, "the pool was not freed");
+    });
+}
+
+/// As above, with the frames freed on their home CPU: the free's reference leaves with the
+/// cache push's commit, racing the freeze that reads the CPUs' words.
+#[test]
+fn percpu_pool_dropped_while_frames_are_freed_at_home() {
+    loom::model(|| {
+        let (token, wake) = freed_token();
+        let pool = percpu_pool(1, Some(wake));
+        skb_pool::loom_set_cpu(0);
+        let skbs: Vec<Skb> = (0..2).map(|_| pool.alloc().unwrap()).collect();
+        let t = thread::spawn(move || {
+            skb_pool::loom_set_cpu(0);
+            drop(skbs);
+        });
+        drop(pool);
+        t.join().unwrap();
+        assert_eq!(LoomArc::strong_count(&token), 1, "the pool was not freed");
     });
 }
