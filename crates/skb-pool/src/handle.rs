@@ -201,7 +201,11 @@ impl Local {
                 }
             }
         }
-        None
+        // And per-CPU remote frees waiting in an outgoing batch no free will complete.
+        let mut stranded = pool.take_outgoing();
+        let f = stranded.pop_front();
+        self.cache.append(&mut stranded);
+        f
     }
 
     /// The free path for a frame whose pool is this handle's. Takes over the frame's pool

@@ -56,6 +56,8 @@ mod error;
 mod handle;
 /// Per-frame metadata in a side array, and the free-frame node.
 mod meta;
+/// A CPU's outgoing batch of remote frees (per-CPU caches).
+mod outgoing;
 /// Per-CPU frame caches: `Pool::alloc` from any thread (rseq or locked).
 mod percpu;
 /// `Pool`, its builder, the shared state and its lifetime.

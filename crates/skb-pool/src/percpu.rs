@@ -47,6 +47,7 @@ use crossbeam_utils::CachePadded;
 use llist_defer::{Chain, Fifo};
 
 use crate::meta::{Frame, FrameMeta};
+use crate::outgoing::{Full, Outgoing};
 use crate::pool::PoolInner;
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, current_cpu, thread};
@@ -120,6 +121,8 @@ pub(crate) struct PerCpuState {
     cap: usize,
     caches: Box<[CachePadded<CpuCache>]>,
     pub(crate) slots: Box<[OwnerSlot]>,
+    /// Each CPU's outgoing batch of remote frees.
+    out: Box<[CachePadded<Outgoing>]>,
     dying: CachePadded<AtomicBool>,
     aborts: AtomicUsize,
     shared: AtomicUsize,
@@ -132,6 +135,8 @@ pub struct CpuCacheStats {
     pub cached: usize,
     /// The CPU's defer count (frames deferred since its last drain; errs high after overflows).
     pub deferred: usize,
+    /// Frames freed on this CPU waiting in its outgoing batch for another CPU.
+    pub outgoing: usize,
     /// Whether its defer list holds frames.
     pub has_deferred: bool,
 }
@@ -208,7 +213,13 @@ fn rseq_usable() -> Result<(), &'static str> {
 }
 
 impl PerCpuState {
-    pub(crate) fn new(mode: PerCpu, cpus: usize, cap: usize, wake: Option<Wake>) -> PerCpuState {
+    pub(crate) fn new(
+        mode: PerCpu,
+        cpus: usize,
+        cap: usize,
+        batch: usize,
+        wake: Option<Wake>,
+    ) -> PerCpuState {
         let caches = (0..cpus)
             .map(|_| {
                 CachePadded::new(CpuCache {
@@ -226,6 +237,9 @@ impl PerCpuState {
             cap,
             caches,
             slots,
+            out: (0..cpus)
+                .map(|_| CachePadded::new(Outgoing::new(batch)))
+                .collect(),
             dying: CachePadded::new(AtomicBool::new(false)),
             aborts: AtomicUsize::new(0),
             shared: AtomicUsize::new(0),
@@ -290,6 +304,15 @@ impl PerCpuState {
                 }
             }
         }
+    }
+
+    /// The CPU the calling thread runs on, as this pool's mode reads it.
+    fn cpu_now(&self) -> Option<u32> {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        if self.mode == PerCpu::Rseq {
+            return crate::rseq::area().map(crate::rseq::cpu);
+        }
+        current_cpu()
     }
 
     /// The locked section; with `wait`, a busy lock is waited for (yielding) instead of
@@ -389,9 +412,11 @@ impl PerCpuState {
                 .caches
                 .iter()
                 .zip(self.slots.iter())
-                .map(|(c, s)| CpuCacheStats {
+                .zip(self.out.iter())
+                .map(|((c, s), o)| CpuCacheStats {
                     cached: c.word.load(Ordering::Relaxed) as u32 as usize,
                     deferred: s.count(),
+                    outgoing: o.len(),
                     has_deferred: !s.looks_empty(),
                 })
                 .collect(),
@@ -495,6 +520,9 @@ impl PoolInner {
                     .chain(self.slots.iter().filter(|s| !s.is_claimed())),
             );
         }
+        if got.is_empty() {
+            got = self.take_outgoing();
+        }
         let first = got.pop_front()?;
         self.stash(got);
         Some(first)
@@ -579,8 +607,19 @@ impl PoolInner {
         unsafe { PoolInner::release(this, 1) };
     }
 
-    /// `skb_attempt_defer_free` to the home CPU's defer list, then the reference dropped on the
-    /// freeing CPU.
+    /// Frames of an outgoing batch that no free on its CPU will complete: the first non-empty
+    /// batch whose lock is free (one probe per CPU).
+    pub(crate) fn take_outgoing(&self) -> Fifo<Frame> {
+        self.percpu
+            .out
+            .iter()
+            .find_map(|o| o.try_take())
+            .map_or_else(Fifo::new, |full| full.frames)
+    }
+
+    /// A remote free: into this CPU's outgoing batch for `home` (alone onto `home`'s defer list
+    /// if the batch is busy or the CPU has none), a full batch sent with one
+    /// `skb_attempt_defer_free`, then the reference dropped on the freeing CPU.
     ///
     /// # Safety
     ///
@@ -591,14 +630,16 @@ impl PoolInner {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
-        let mut one = Fifo::new();
-        one.push_back(frame);
-        let wake = match pc.slots[home].defer(one, 1, pool.cfg.defer_max, &pool.overflow) {
-            Deferred::Queued(Kick::Won(w)) => w,
-            Deferred::Queued(Kick::None | Kick::AlreadyPending) | Deferred::Overflow => None,
+        let batch = pc.cpu_now().and_then(|c| pc.out.get(c as usize));
+        let send = match batch {
+            Some(o) => match o.add(frame, home as u32) {
+                Ok(full) => full,
+                Err(frame) => Some(alone(frame, home)),
+            },
+            None => Some(alone(frame, home)),
         };
-        if let Some(w) = wake {
-            w();
+        if let Some(full) = send {
+            pool.send_home(full);
         }
         match pc.run(None, Op::Add(DROP_REF)) {
             Res::Done(..) => {}
@@ -607,6 +648,29 @@ impl PoolInner {
                 unsafe { PoolInner::release(this, 1) };
             }
         }
+    }
+
+    /// `skb_attempt_defer_free` of a batch to its home CPU's defer list (kick at half).
+    fn send_home(&self, full: Full) {
+        let k = full.frames.len();
+        let slot = &self.percpu.slots[full.home as usize];
+        let wake = match slot.defer(full.frames, k, self.cfg.defer_max, &self.overflow) {
+            Deferred::Queued(Kick::Won(w)) => w,
+            Deferred::Queued(Kick::None | Kick::AlreadyPending) | Deferred::Overflow => None,
+        };
+        if let Some(w) = wake {
+            w();
+        }
+    }
+}
+
+/// A one-frame batch for `home`.
+fn alone(frame: Frame, home: usize) -> Full {
+    let mut frames = Fifo::new();
+    frames.push_back(frame);
+    Full {
+        frames,
+        home: home as u32,
     }
 }
 

@@ -255,7 +255,7 @@ impl PoolBuilder {
                 region,
                 cfg,
                 self.max_owners,
-                PerCpuState::new(mode, cpus, cpu_cap, self.cpu_wake),
+                PerCpuState::new(mode, cpus, cpu_cap, cfg.remote_batch, self.cpu_wake),
             ),
         })
     }

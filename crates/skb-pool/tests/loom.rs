@@ -218,9 +218,14 @@ fn a_remote_free_wakes_an_owner_parked_for_frames() {
 // simulated CPUs (`skb_pool::loom_set_cpu`).
 
 fn percpu_pool(cpus: usize, wake: Option<skb_pool::Wake>) -> Pool {
+    percpu_pool_deferring(cpus, wake, DEFER_MAX)
+}
+
+/// With `defer_max` 8 the remote-free batch is 2 (`defer_max / 4`).
+fn percpu_pool_deferring(cpus: usize, wake: Option<skb_pool::Wake>, defer_max: usize) -> Pool {
     let b = Pool::builder()
         .frame_count(FRAMES)
-        .defer_max(DEFER_MAX)
+        .defer_max(defer_max)
         .max_owners(1)
         .cache_max(4)
         .cpus(cpus)
@@ -391,5 +396,34 @@ fn percpu_pool_dropped_while_frames_are_freed_at_home() {
         drop(pool);
         t.join().unwrap();
         assert_eq!(LoomArc::strong_count(&token), 1, "the pool was not freed");
+    });
+}
+
+/// A remote free waits in its CPU's outgoing batch (of 2) for a second one that never comes;
+/// an allocator on the home CPU, racing that free, must still find every frame: it takes the
+/// partial batch under the batch's lock (the anti-stranding probe), or the free takes it
+/// first, never both.
+#[test]
+fn percpu_partial_outgoing_batch_is_not_stranded() {
+    loom::model(|| {
+        let pool = percpu_pool_deferring(2, None, 8);
+        assert_eq!(pool.remote_batch(), 2);
+        skb_pool::loom_set_cpu(1);
+        let mut skbs: Vec<Skb> = (0..FRAMES).map(|_| pool.alloc().unwrap()).collect();
+        let one = skbs.pop().unwrap();
+        let t = thread::spawn(move || {
+            skb_pool::loom_set_cpu(0);
+            drop(one);
+        });
+        let p2 = pool.clone();
+        let a = thread::spawn(move || {
+            skb_pool::loom_set_cpu(1);
+            p2.alloc().ok()
+        });
+        t.join().unwrap();
+        skbs.extend(a.join().unwrap());
+        let st = pool.per_cpu_stats();
+        assert!(st.cpus[0].outgoing <= 1, "{st:?}");
+        assert_all_reachable_from(&pool, 1, &skbs);
     });
 }

@@ -263,3 +263,25 @@ fn a_handle_reaches_per_cpu_frames_sent_home_to_an_idle_cpu() {
         assert_eq!(pool.stats().free, 8);
     }
 }
+
+#[test]
+fn remote_frees_are_batched_per_freeing_cpu_and_partial_batches_are_reachable() {
+    for mode in modes() {
+        // defer_max 16: remote batches of 16 / 4 = 4.
+        let pool = pool(mode, 64);
+        assert_eq!(pool.remote_batch(), 4);
+        let skbs: Vec<Skb> = on_cpu(0, || (0..6).map(|_| pool.alloc().unwrap()).collect());
+        on_cpu(1, || drop(skbs));
+        let st = pool.per_cpu_stats();
+        // One batch of 4 went home with one add_batch; 2 wait in CPU 1's outgoing batch.
+        assert_eq!(
+            (st.cpus[0].deferred, st.cpus[1].outgoing),
+            (4, 2),
+            "{mode:?}: {st:?}"
+        );
+        // Everything is reachable from CPU 0, the 2 waiting frames included.
+        let all: Vec<Skb> = on_cpu(0, || std::iter::from_fn(|| pool.alloc().ok()).collect());
+        assert_eq!(all.len(), 64, "{mode:?}");
+        assert_eq!(pool.per_cpu_stats().cpus[1].outgoing, 0);
+    }
+}
