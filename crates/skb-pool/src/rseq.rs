@@ -245,9 +245,10 @@ mod imp {
 
     /// The frame of every section: the descriptor, its installation, the CPU and dying checks
     /// at the start, the body (ending in the commit store), the status exits and the abort
-    /// handler behind its signature.
+    /// handler behind its signature, with the operands every section has (`rseq`, `cpu`,
+    /// `dying`, `word`, the scratch `tmp` and `w`, and the status `st`).
     macro_rules! section {
-        ($($body:literal,)* ; $($ops:tt)*) => {
+        ($area:expr, $cpu:expr, $c:expr, $st:ident; $($body:literal,)* ; $($ops:tt)*) => {
             core::arch::asm!(
                 ".pushsection __rseq_cs, \"aw\"",
                 ".balign 32",
@@ -284,6 +285,13 @@ mod imp {
                 ".popsection",
                 "10:",
                 $($ops)*
+                rseq = in(reg) $area,
+                cpu = in(reg) $cpu,
+                dying = in(reg) $c.dying,
+                word = in(reg) $c.word,
+                tmp = out(reg) _,
+                w = out(reg) _,
+                st = lateout(reg) $st,
                 options(att_syntax, nostack)
             )
         };
@@ -311,6 +319,7 @@ mod imp {
         // migrated or signalled thread is sent to the abort label instead of committing.
         unsafe {
             section!(
+                area, cpu, c, st;
                 "movq ({word}), {w}",
                 "testl {w:e}, {w:e}",
                 "jz 9f",
@@ -319,16 +328,9 @@ mod imp {
                 "addq {delta}, {w}",
                 "movq {w}, ({word})",
                 ;
-                rseq = in(reg) area,
-                cpu = in(reg) cpu,
-                dying = in(reg) c.dying,
-                word = in(reg) c.word,
                 items = in(reg) c.items,
                 delta = in(reg) delta,
-                tmp = out(reg) _,
-                w = out(reg) _,
                 item = inout(reg) 0usize => item,
-                st = lateout(reg) st,
             );
         }
         (status(st), item)
@@ -353,6 +355,7 @@ mod imp {
         // looks until a later commit on this CPU, so an aborted push leaves no trace.
         unsafe {
             section!(
+                area, cpu, c, st;
                 "movq ({word}), {w}",
                 "movl {w:e}, {tmp:e}",
                 "cmpq {cap}, {tmp}",
@@ -361,17 +364,10 @@ mod imp {
                 "addq {delta}, {w}",
                 "movq {w}, ({word})",
                 ;
-                rseq = in(reg) area,
-                cpu = in(reg) cpu,
-                dying = in(reg) c.dying,
-                word = in(reg) c.word,
                 items = in(reg) c.items,
                 cap = in(reg) c.cap,
                 item = in(reg) item,
                 delta = in(reg) delta,
-                tmp = out(reg) _,
-                w = out(reg) _,
-                st = lateout(reg) st,
             );
         }
         status(st)
@@ -388,18 +384,12 @@ mod imp {
         // SAFETY: as in `pop`; the section writes only `*word`.
         unsafe {
             section!(
+                area, cpu, c, st;
                 "movq ({word}), {w}",
                 "addq {delta}, {w}",
                 "movq {w}, ({word})",
                 ;
-                rseq = in(reg) area,
-                cpu = in(reg) cpu,
-                dying = in(reg) c.dying,
-                word = in(reg) c.word,
                 delta = in(reg) delta,
-                tmp = out(reg) _,
-                w = out(reg) _,
-                st = lateout(reg) st,
             );
         }
         status(st)
