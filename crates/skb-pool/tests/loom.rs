@@ -359,19 +359,18 @@ fn freed_token() -> (LoomArc<()>, skb_pool::Wake) {
     (token, Arc::new(move || drop(t.clone())))
 }
 
-/// The last `Pool` value goes while another thread frees per-CPU frames: the per-CPU
-/// reference shares are frozen and folded in exactly once, and the pool is freed, exactly
-/// when the last frame comes back (after the join the token's clone must be gone: a leak
-/// fails here; a free before the last frame is a use after free in the freeing thread).
-#[test]
-fn percpu_pool_dropped_while_frames_are_freed() {
-    loom::model(|| {
+/// The last `Pool` value goes while a thread on CPU `free_cpu` frees two frames of CPU 0: the
+/// per-CPU reference shares are frozen and folded in exactly once, and the pool is freed,
+/// exactly when the last frame comes back (after the join the token's clone must be gone: a
+/// leak fails here; a free before the last frame is a use after free in the freeing thread).
+fn pool_dropped_while_frames_are_freed_on(cpus: usize, free_cpu: u32) {
+    loom::model(move || {
         let (token, wake) = freed_token();
-        let pool = percpu_pool(2, Some(wake));
+        let pool = percpu_pool(cpus, Some(wake));
         skb_pool::loom_set_cpu(0);
         let skbs: Vec<Skb> = (0..2).map(|_| pool.alloc().unwrap()).collect();
         let t = thread::spawn(move || {
-            skb_pool::loom_set_cpu(1);
+            skb_pool::loom_set_cpu(free_cpu);
             drop(skbs);
         });
         drop(pool);
@@ -380,23 +379,17 @@ fn percpu_pool_dropped_while_frames_are_freed() {
     });
 }
 
-/// As above, with the frames freed on their home CPU: the free's reference leaves with the
-/// cache push's commit, racing the freeze that reads the CPUs' words.
+/// Freed on another CPU: the home defer list, the reference dropped on the freeing CPU.
+#[test]
+fn percpu_pool_dropped_while_frames_are_freed() {
+    pool_dropped_while_frames_are_freed_on(2, 1);
+}
+
+/// Freed at home: the reference leaves with the cache push's commit, racing the freeze that
+/// reads the CPUs' words.
 #[test]
 fn percpu_pool_dropped_while_frames_are_freed_at_home() {
-    loom::model(|| {
-        let (token, wake) = freed_token();
-        let pool = percpu_pool(1, Some(wake));
-        skb_pool::loom_set_cpu(0);
-        let skbs: Vec<Skb> = (0..2).map(|_| pool.alloc().unwrap()).collect();
-        let t = thread::spawn(move || {
-            skb_pool::loom_set_cpu(0);
-            drop(skbs);
-        });
-        drop(pool);
-        t.join().unwrap();
-        assert_eq!(LoomArc::strong_count(&token), 1, "the pool was not freed");
-    });
+    pool_dropped_while_frames_are_freed_on(1, 0);
 }
 
 /// A remote free waits in its CPU's outgoing batch (of 2) for a second one that never comes;
