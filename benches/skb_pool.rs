@@ -69,7 +69,7 @@ use crossbeam_utils::Backoff;
 use llist_defer::{Link, Node};
 use lockless_xmit::harness::{median, process_cpu_time};
 use mimalloc::MiMalloc;
-use skb_pool::{Pool, PoolError, PoolHandle, Skb};
+use skb_pool::{PerCpu, Pool, PoolError, PoolHandle, Skb};
 
 #[global_allocator]
 static GLOBAL: System = System;
@@ -196,6 +196,71 @@ impl Strategy for SkbPool {
         let t = self.0.stats().totals;
 
         (t.remote_frees, t.overflow)
+    }
+}
+
+/// Our pool's per-CPU caches ([`Pool::alloc`]): no handle, any thread; `LOCKED` picks
+/// `PerCpu::Locked` over `PerCpu::Rseq`. Frees are plain drops (home CPU's cache, or its defer
+/// list from another CPU).
+struct PerCpuPool<const LOCKED: bool>(Pool);
+
+impl<const LOCKED: bool> PerCpuPool<LOCKED> {
+    fn new() -> Self {
+        let mode = if LOCKED { PerCpu::Locked } else { PerCpu::Rseq };
+        let pool = Pool::builder()
+            .frame_count(POOL_FRAMES)
+            .frame_size(BUF)
+            .defer_max(defer_max())
+            .per_cpu(mode)
+            .build()
+            .expect("per-CPU pool");
+        assert_eq!(pool.per_cpu(), mode);
+        PerCpuPool(pool)
+    }
+
+    #[inline]
+    fn alloc_waiting(&self) -> Skb {
+        let backoff = Backoff::new();
+        loop {
+            match self.0.alloc() {
+                Ok(s) => return s,
+                Err(PoolError::Exhausted) => backoff.snooze(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+}
+
+impl<const LOCKED: bool> Strategy for PerCpuPool<LOCKED> {
+    const NAME: &'static str = if LOCKED {
+        "percpu_locked"
+    } else {
+        "percpu_rseq"
+    };
+    type Local = ();
+    fn local(&self) {}
+    #[inline]
+    fn produce(&self, _: &mut (), v: u8) -> usize {
+        let mut skb = self.alloc_waiting();
+        skb.put(WRITE).expect("fits").fill(v);
+        skb.into_link().as_ptr() as usize
+    }
+    #[inline]
+    fn consume(&self, _: &mut (), token: usize) -> u64 {
+        // SAFETY: the token came from `into_link` of an Skb, handed over exactly once.
+        let skb = unsafe { Skb::from_link(NonNull::new_unchecked(token as *mut Link)) };
+        let s = sum(skb.data()[..WRITE].try_into().expect("64 bytes"));
+        drop(skb);
+        s
+    }
+    #[inline]
+    fn alloc(&self, _: &mut ()) -> usize {
+        self.alloc_waiting().into_link().as_ptr() as usize
+    }
+    #[inline]
+    fn free(&self, _: &mut (), token: usize) {
+        // SAFETY: the token came from `into_link` of an Skb, handed over exactly once.
+        drop(unsafe { Skb::from_link(NonNull::new_unchecked(token as *mut Link)) });
     }
 }
 
@@ -629,10 +694,14 @@ fn bench_strategy<S: Strategy>(c: &mut Criterion, pattern: &'static str, s: Arc<
 }
 
 fn skb_pool() -> SkbPool {
+    skb_pool_owners(16)
+}
+
+fn skb_pool_owners(max_owners: usize) -> SkbPool {
     let pool = Pool::builder()
         .frame_count(POOL_FRAMES)
         .frame_size(BUF)
-        .max_owners(16)
+        .max_owners(max_owners)
         .defer_max(defer_max())
         .remote_batch(REMOTE_BATCH)
         .build();
@@ -792,7 +861,153 @@ fn print_table() {
     }
 }
 
+/// Rounds of `f`, the order of `strategies` rotated each round; returns each strategy's rates
+/// (million buffers/s) per round, in the order given.
+fn rotate(
+    strategies: &[(&'static str, Runner)],
+    rounds: usize,
+    pattern: &'static str,
+    p: usize,
+    slice: u64,
+) -> Vec<Vec<f64>> {
+    let mut rates = vec![Vec::with_capacity(rounds); strategies.len()];
+    for r in 0..rounds {
+        for k in 0..strategies.len() {
+            let i = (k + r) % strategies.len();
+            let wall = (strategies[i].1)(pattern, p, slice);
+            rates[i].push(slice as f64 / wall.as_secs_f64() / 1e6);
+        }
+    }
+    rates
+}
+
+/// The median over rounds of the in-round ratio `a / b`.
+fn ratio(rates: &[Vec<f64>], a: usize, b: usize) -> f64 {
+    let r: Vec<f64> = rates[a].iter().zip(&rates[b]).map(|(x, y)| x / y).collect();
+    median(&r)
+}
+
+/// Allocation failures of the stranding pattern: 32 threads, each allocating up to 8 frames
+/// at a time from a 1024-frame pool (so at most 256 in use), then freeing them, `iters` times.
+/// Returns (failures, most frames in use at once).
+fn stranding(per_cpu: bool, iters: usize) -> (u64, usize) {
+    const THREADS: usize = 32;
+    const HOLD: usize = 8;
+    let pool = Pool::builder()
+        .frame_count(1024)
+        .max_owners(THREADS)
+        .build()
+        .expect("pool");
+    let in_use = std::sync::atomic::AtomicUsize::new(0);
+    let peak = std::sync::atomic::AtomicUsize::new(0);
+    let fails = std::sync::atomic::AtomicU64::new(0);
+    let start = Barrier::new(THREADS);
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                let mut h = (!per_cpu).then(|| pool.handle().expect("owner slot"));
+                let mut held = Vec::with_capacity(HOLD);
+                start.wait();
+                for _ in 0..iters {
+                    for _ in 0..HOLD {
+                        let got = match h.as_mut() {
+                            Some(h) => h.alloc(),
+                            None => pool.alloc(),
+                        };
+                        match got {
+                            Ok(skb) => {
+                                let n =
+                                    in_use.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                                peak.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+                                held.push(skb);
+                            }
+                            Err(_) => {
+                                fails.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    // Hold them across a yield, so the 32 threads' frames overlap.
+                    thread::yield_now();
+                    in_use.fetch_sub(held.len(), std::sync::atomic::Ordering::Relaxed);
+                    held.clear();
+                }
+            });
+        }
+    });
+    (fails.into_inner(), peak.into_inner())
+}
+
+/// `SKB_BENCH_ONLY=percpu SKB_BENCH_ROUNDS=N`: the per-CPU caches beside the per-owner handle:
+/// `local` at P = 1..32 (per-CPU rseq, per-CPU locked, per-owner handle, mimalloc), the
+/// pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff bound), and the
+/// stranding pattern's failures for both pools. Same-run ratios are medians of in-round ratios.
+fn percpu_table(rounds: usize) {
+    let local = [
+        runner(PerCpuPool::<false>::new()),
+        runner(PerCpuPool::<true>::new()),
+        runner(skb_pool_owners(64)),
+        runner(Mimalloc),
+    ];
+    println!("per-CPU: {rounds} rounds, defer_max {}", defer_max());
+    println!(
+        "| local P | per-CPU rseq | per-CPU locked | per-owner | mimalloc | rseq/owner | rseq/mimalloc | locked/owner |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let slice = env_usize("SKB_BENCH_SLICE").unwrap_or(3_000_000) as u64;
+    for p in [1, 2, 4, 8, 16, 32] {
+        let r = rotate(&local, rounds, "local", p, slice);
+        println!(
+            "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x |",
+            median(&r[0]),
+            median(&r[1]),
+            median(&r[2]),
+            median(&r[3]),
+            ratio(&r, 0, 2),
+            ratio(&r, 0, 3),
+            ratio(&r, 1, 2)
+        );
+    }
+    let pipe = [
+        runner(PerCpuPool::<false>::new()),
+        runner(skb_pool()),
+        runner(Mimalloc),
+        runner(Circulate::new()),
+    ];
+    println!(
+        "| pipeline P | per-CPU rseq | per-owner | mimalloc | bound | rseq/bound | owner/bound | rseq/mimalloc | owner/mimalloc |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let slice = env_usize("SKB_BENCH_PIPE_SLICE").unwrap_or(300_000) as u64;
+    for p in PRODUCERS {
+        let r = rotate(&pipe, rounds, "pipeline", p, slice);
+        println!(
+            "| {p} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
+            median(&r[0]),
+            median(&r[1]),
+            median(&r[2]),
+            median(&r[3]),
+            ratio(&r, 0, 3),
+            ratio(&r, 1, 3),
+            ratio(&r, 0, 2),
+            ratio(&r, 1, 2)
+        );
+    }
+    let iters = env_usize("SKB_BENCH_STRAND_ITERS").unwrap_or(2000);
+    for r in 0..rounds.min(3) {
+        let (pf, pp) = stranding(true, iters);
+        let (of, op) = stranding(false, iters);
+        println!(
+            "stranding round {r}: 1024 frames, 32 threads x {iters} iterations holding <= 8: \
+             per-CPU {pf} Exhausted (peak in use {pp}), per-owner {of} Exhausted (peak in use {op})"
+        );
+    }
+}
+
 fn main() {
+    if std::env::var("SKB_BENCH_ONLY").as_deref() == Ok("percpu") {
+        percpu_table(env_usize("SKB_BENCH_ROUNDS").unwrap_or(5).max(1));
+        return;
+    }
     if let Some(rounds) = env_usize("SKB_BENCH_ROUNDS") {
         interleaved(rounds.max(1));
         return;

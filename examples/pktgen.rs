@@ -12,11 +12,11 @@
 //!
 //! `--json` prints one object per line (the final figures, or one per `--compare` cell):
 //! `threads`, `round` (of `--repeat`, from 0), `strategy` (`busylock`, `defer`, `nolock`,
-//! `mutex`, `segqueue`), `qdisc`, `burst` (packets per transmit call), `park` (producers out of
-//! frames sleep), `offered`, `sent`,
-//! `dropped`, `queued`, `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies
-//! `drops_by_reason` (an object keyed by kernel drop reason), `requeues` and `root_contended`;
-//! with `--veth`, also `received` (datagrams the kernel UDP socket in the peer namespace got).
+//! `mutex`, `segqueue`), `pool` (`owner` or `percpu`), `qdisc`, `burst` (packets per transmit
+//! call), `park` (producers out of frames sleep), `offered`, `sent`, `dropped`, `queued`,
+//! `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies `drops_by_reason` (an
+//! object keyed by kernel drop reason), `requeues` and `root_contended`; with `--veth`, also
+//! `received` (datagrams the kernel UDP socket in the peer namespace got).
 //! `offered = sent + dropped + queued` always holds.
 
 use std::fmt::Write as _;
@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use lockless_xmit::harness::{
-    self, Cell, Contender, PacketWriter, QdiscKind, Target, Tick, Workload,
+    self, Cell, Contender, PacketWriter, PoolKind, QdiscKind, Target, Tick, Workload,
 };
 use qdisc::{Driver, DropReason, Overflow, Qdisc, Strategy, TxQueue, Verdict};
 use skb_pool::Skb;
@@ -122,9 +122,35 @@ struct Cli {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
     repeat: u64,
 
+    /// How producers allocate frames: `owner` (a pool handle per producer thread), `percpu`
+    /// (`Pool::alloc` from the per-CPU caches, no handle), or, with --compare, `both` (every
+    /// cell with each, plus a table of percpu / owner in the same run).
+    #[arg(long, value_enum, default_value_t = PoolArg::Owner)]
+    pool: PoolArg,
+
     /// Print the final figures (and each compare cell) as one JSON object per line.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PoolArg {
+    /// A pool handle per producer thread.
+    Owner,
+    /// The pool's per-CPU caches.
+    Percpu,
+    /// Both, cell by cell (--compare only).
+    Both,
+}
+
+impl PoolArg {
+    fn kinds(self) -> &'static [PoolKind] {
+        match self {
+            PoolArg::Owner => &[PoolKind::Owner],
+            PoolArg::Percpu => &[PoolKind::PerCpu],
+            PoolArg::Both => &[PoolKind::Owner, PoolKind::PerCpu],
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -289,7 +315,12 @@ fn main() -> ExitCode {
         latency_histogram: cli.compare.is_none(),
         burst: cli.burst as usize,
         park: cli.park,
+        pool: cli.pool.kinds()[0],
     };
+    if cli.pool == PoolArg::Both && cli.compare.is_none() {
+        eprintln!("pktgen: error: '--pool both' needs '--compare': use owner or percpu");
+        return ExitCode::from(2);
+    }
     let needs_frames = cli.veth || cli.driver != DriverSpec::Null;
     if needs_frames && cli.size < MIN_UDP_FRAME as u64 {
         eprintln!(
@@ -653,11 +684,13 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     let mut rows: Vec<CompareRow> = Vec::new();
     if !cli.json {
         println!(
-            "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell, {} round(s)",
+            "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell, pool {:?}, \
+             {} round(s)",
             base.qdisc.name(),
             base.driver_ns,
             base.size,
             cli.duration,
+            cli.pool,
             cli.repeat
         );
     }
@@ -667,27 +700,34 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
             // Rotate the order each round so that no contender always runs first or last.
             for k in 0..Contender::ALL.len() {
                 let contender = Contender::ALL[(k + round) % Contender::ALL.len()];
-                let w = Workload {
-                    contender,
-                    producers: threads as usize,
-                    ..base.clone()
-                };
-                let cell = harness::run(&w, &mut |_| {});
-                ok &= cell.conserved();
-                if cli.json {
-                    println!("{}", json_cell(&cell, &w, Some(threads), round));
+                for &pool in cli.pool.kinds() {
+                    let w = Workload {
+                        contender,
+                        producers: threads as usize,
+                        pool,
+                        ..base.clone()
+                    };
+                    let cell = harness::run(&w, &mut |_| {});
+                    ok &= cell.conserved();
+                    if cli.json {
+                        println!("{}", json_cell(&cell, &w, Some(threads), round));
+                    }
+                    rows.push(CompareRow {
+                        round,
+                        threads,
+                        contender,
+                        pool,
+                        cell,
+                    });
                 }
-                rows.push(CompareRow {
-                    round,
-                    threads,
-                    contender,
-                    cell,
-                });
             }
         }
     }
     if !cli.json {
-        print!("{}", compare_table(&rows, counts));
+        print!("{}", compare_table(&rows, counts, cli.pool.kinds()));
+        if cli.pool == PoolArg::Both {
+            print!("{}", pool_table(&rows, counts));
+        }
     }
     if ok {
         ExitCode::SUCCESS
@@ -701,63 +741,106 @@ struct CompareRow {
     round: usize,
     threads: u64,
     contender: Contender,
+    pool: PoolKind,
     cell: Cell,
 }
 
-/// The before/after table: per thread count and contender the median rate, CPU per packet and
-/// the largest drop count over the rounds, then the contender against busylock and against the
-/// best peer (mutex or segqueue) of the same round, as the median and range of those ratios.
-fn compare_table(rows: &[CompareRow], counts: &[u64]) -> String {
+/// The rate of one cell of one round (NaN if it did not run).
+fn cell_pps(rows: &[CompareRow], round: usize, threads: u64, c: Contender, pool: PoolKind) -> f64 {
+    rows.iter()
+        .find(|r| r.round == round && r.threads == threads && r.contender == c && r.pool == pool)
+        .map_or(f64::NAN, |r| r.cell.pps())
+}
+
+/// `1.02x (0.95–1.10)`: the median of in-round ratios and their range (just the ratio for one
+/// round).
+fn ratio_cell(xs: &[f64]) -> String {
+    let (lo, hi) = xs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        });
+    if xs.len() > 1 {
+        format!("{:.2}x ({lo:.2}–{hi:.2})", harness::median(xs))
+    } else {
+        format!("{:.2}x", harness::median(xs))
+    }
+}
+
+/// The before/after table: per thread count, contender and pool kind the median rate, CPU per
+/// packet and the largest drop count over the rounds, then the contender against busylock and
+/// against the best peer (mutex or segqueue, same pool kind) of the same round, as the median
+/// and range of those ratios.
+fn compare_table(rows: &[CompareRow], counts: &[u64], pools: &[PoolKind]) -> String {
     let rounds = rows.iter().map(|r| r.round + 1).max().unwrap_or(0);
-    let pps = |round: usize, threads: u64, c: Contender| {
-        rows.iter()
-            .find(|r| r.round == round && r.threads == threads && r.contender == c)
-            .map_or(f64::NAN, |r| r.cell.pps())
-    };
-    let ratio = |xs: Vec<f64>| {
-        let (lo, hi) = xs
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
-                (lo.min(x), hi.max(x))
-            });
-        if xs.len() > 1 {
-            format!("{:.2}x ({lo:.2}–{hi:.2})", harness::median(&xs))
-        } else {
-            format!("{:.2}x", harness::median(&xs))
-        }
-    };
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| threads | strategy | Mpps | drops | CPU ns/pkt | vs busylock | vs best peer |"
+        "\n| threads | strategy | pool | Mpps | drops | CPU ns/pkt | vs busylock | vs best peer |"
     );
-    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---:|---|---|---:|---:|---:|---:|---:|");
     for &threads in counts {
         for contender in Contender::ALL {
-            let mine: Vec<&CompareRow> = rows
-                .iter()
-                .filter(|r| r.threads == threads && r.contender == contender)
-                .collect();
-            let mpps: Vec<f64> = mine.iter().map(|r| r.cell.pps() / 1e6).collect();
-            let cpu: Vec<f64> = mine.iter().map(|r| r.cell.cpu_ns_per_pkt()).collect();
-            let drops = mine.iter().map(|r| r.cell.dropped).max().unwrap_or(0);
-            let per_round = |base: &dyn Fn(usize) -> f64| {
+            for &pool in pools {
+                let mine: Vec<&CompareRow> = rows
+                    .iter()
+                    .filter(|r| r.threads == threads && r.contender == contender && r.pool == pool)
+                    .collect();
+                let mpps: Vec<f64> = mine.iter().map(|r| r.cell.pps() / 1e6).collect();
+                let cpu: Vec<f64> = mine.iter().map(|r| r.cell.cpu_ns_per_pkt()).collect();
+                let drops = mine.iter().map(|r| r.cell.dropped).max().unwrap_or(0);
+                let pps = |k: usize, c: Contender| cell_pps(rows, k, threads, c, pool);
+                let vs_busy: Vec<f64> = (0..rounds)
+                    .map(|k| pps(k, contender) / pps(k, Contender::Engine(Strategy::BusyLock)))
+                    .collect();
+                let vs_peer: Vec<f64> = (0..rounds)
+                    .map(|k| {
+                        pps(k, contender)
+                            / pps(k, Contender::Mutex).max(pps(k, Contender::SegQueue))
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "| {threads} | {} | {} | {:.2} | {drops} | {:.0} | {} | {} |",
+                    contender.name(),
+                    pool.name(),
+                    harness::median(&mpps),
+                    harness::median(&cpu),
+                    ratio_cell(&vs_busy),
+                    ratio_cell(&vs_peer)
+                );
+            }
+        }
+    }
+    out
+}
+
+/// `--pool both`: each cell's per-CPU rate over its per-owner rate in the same round, as the
+/// median and range over the rounds.
+fn pool_table(rows: &[CompareRow], counts: &[u64]) -> String {
+    let rounds = rows.iter().map(|r| r.round + 1).max().unwrap_or(0);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n| threads | strategy | percpu Mpps | owner Mpps | percpu / owner |"
+    );
+    let _ = writeln!(out, "|---:|---|---:|---:|---:|");
+    for &threads in counts {
+        for contender in Contender::ALL {
+            let pps = |pool: PoolKind| -> Vec<f64> {
                 (0..rounds)
-                    .map(|k| pps(k, threads, contender) / base(k))
-                    .collect::<Vec<f64>>()
+                    .map(|k| cell_pps(rows, k, threads, contender, pool))
+                    .collect()
             };
-            let vs_busy = per_round(&|k| pps(k, threads, Contender::Engine(Strategy::BusyLock)));
-            let vs_peer = per_round(&|k| {
-                pps(k, threads, Contender::Mutex).max(pps(k, threads, Contender::SegQueue))
-            });
+            let (percpu, owner) = (pps(PoolKind::PerCpu), pps(PoolKind::Owner));
+            let ratios: Vec<f64> = percpu.iter().zip(&owner).map(|(p, o)| p / o).collect();
             let _ = writeln!(
                 out,
-                "| {threads} | {} | {:.2} | {drops} | {:.0} | {} | {} |",
+                "| {threads} | {} | {:.2} | {:.2} | {} |",
                 contender.name(),
-                harness::median(&mpps),
-                harness::median(&cpu),
-                ratio(vs_busy),
-                ratio(vs_peer)
+                harness::median(&percpu) / 1e6,
+                harness::median(&owner) / 1e6,
+                ratio_cell(&ratios)
             );
         }
     }
@@ -779,6 +862,7 @@ fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>, round: usize) -> S
     }
     field("round", round.to_string());
     field("strategy", format!("\"{}\"", w.contender.name()));
+    field("pool", format!("\"{}\"", w.pool.name()));
     field("qdisc", format!("\"{}\"", w.qdisc.name()));
     field("burst", w.burst.to_string());
     field("park", w.park.to_string());

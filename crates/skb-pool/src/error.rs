@@ -33,6 +33,10 @@ pub enum BuildError {
     BadOwnerCount(usize),
     /// `remote_batch` or `cache_max` was 0.
     ZeroBatch,
+    /// `PerCpu::Rseq` was requested but restartable sequences are not usable here.
+    RseqUnavailable(&'static str),
+    /// `cpus` was 0 or above [`MAX_CPUS`](crate::MAX_CPUS).
+    BadCpuCount(usize),
     /// `mmap` of the region failed.
     Mmap {
         /// The OS error number.
@@ -89,6 +93,17 @@ impl fmt::Display for BuildError {
             BuildError::ZeroBatch => {
                 f.write_str("remote_batch and cache_max must be at least 1 (defaults 32 and 256)")
             }
+            BuildError::RseqUnavailable(why) => write!(
+                f,
+                "PerCpu::Rseq is not available: {why}; use PerCpu::Auto (falls back to the \
+                 locked per-CPU caches) or PerCpu::Locked"
+            ),
+            BuildError::BadCpuCount(n) => write!(
+                f,
+                "cpus {n} is out of range: use 1..={} (the default is the highest CPU of the \
+                 affinity mask + 1)",
+                crate::MAX_CPUS
+            ),
             BuildError::Mmap {
                 errno,
                 huge: true,

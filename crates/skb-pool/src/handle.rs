@@ -187,18 +187,25 @@ impl Local {
             self.cache.append(&mut batch);
             return f;
         }
-        // Last resort: frames freed to slots whose handles are gone (they raced the drop).
+        // Last resort: frames freed to slots whose handles are gone (they raced the drop), and
+        // per-CPU frames sent home to CPUs where nobody calls `Pool::alloc` any more.
         let pool = self.pool;
         // SAFETY: our handle's reference keeps the pool alive; the borrow is not tied to self.
-        for slot in unsafe { pool.as_ref() }.slots.iter() {
-            if !slot.is_claimed() && !slot.looks_empty() {
+        let pool = unsafe { pool.as_ref() };
+        let vacant = pool.slots.iter().filter(|s| !s.is_claimed());
+        for slot in vacant.chain(pool.percpu.slots.iter()) {
+            if !slot.looks_empty() {
                 self.splice(slot.drain(), Source::Own);
                 if let Some(f) = self.pop_taken() {
                     return Some(f);
                 }
             }
         }
-        None
+        // And per-CPU remote frees waiting in an outgoing batch no free will complete.
+        let mut stranded = pool.take_outgoing();
+        let f = stranded.pop_front();
+        self.cache.append(&mut stranded);
+        f
     }
 
     /// The free path for a frame whose pool is this handle's. Takes over the frame's pool
@@ -326,6 +333,12 @@ impl Local {
 /// else alone (the handle-less remote free).
 pub(crate) fn free_frame(frame: Frame) {
     let pool = frame.meta().pool;
+    if frame.owner() & crate::percpu::HOME_FLAG != 0 {
+        // SAFETY: the frame is exclusively ours (its `Skb` is being dropped), in use, stamped by
+        // the per-CPU path, and carries a reference to its pool, which is therefore alive.
+        unsafe { PoolInner::percpu_free(NonNull::new_unchecked(pool.cast_mut()), frame) };
+        return;
+    }
     let local = LOCALS
         .try_with(|head| {
             let mut cur = head.get();
@@ -545,7 +558,9 @@ impl PoolHandle {
     pub fn free_bulk<I: IntoIterator<Item = Skb>>(&mut self, skbs: I) {
         for skb in skbs {
             let frame = skb.into_frame();
-            if frame.meta().pool != self.pool.inner.as_ptr().cast_const() {
+            if frame.meta().pool != self.pool.inner.as_ptr().cast_const()
+                || frame.owner() & crate::percpu::HOME_FLAG != 0
+            {
                 free_frame(frame);
                 continue;
             }

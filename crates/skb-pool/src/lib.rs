@@ -1,8 +1,25 @@
-//! Per-owner frame pool with lock-free remote-free deferral: the user-space
-//! `skb_attempt_defer_free`, over one memory region usable as an AF_XDP UMEM.
+//! Frame pool with per-CPU caches and per-owner handles, and lock-free remote-free deferral
+//! (the user-space `skb_attempt_defer_free`), over one memory region usable as an AF_XDP UMEM.
 //!
-//! A [`Pool`] maps a [`Region`] of fixed-size frames. Each thread that allocates registers a
-//! [`PoolHandle`] (an *owner*, the kernel's CPU) and gets [`Skb`]s: one-pointer handles of a
+//! # Which allocation path
+//!
+//! - [`Pool::alloc`] (per-CPU caches): any thread, no registration — thread pools, async
+//!   tasks that move between threads, threads that come and go. A frame goes home to the CPU
+//!   that allocated it, whichever thread frees it there; frames freed on another CPU go to the
+//!   home CPU's defer list, and an allocator that finds its cache and the depot dry drains
+//!   other CPUs' lists, so idle threads strand nothing. On x86_64 Linux the fast path is a
+//!   restartable sequence ([`PerCpu::Rseq`]); elsewhere a per-CPU try-lock
+//!   ([`PerCpu::Locked`]). Remote frees are pushed one by one (no per-thread batch to flush).
+//! - [`PoolHandle`] (per-owner caches): one handle per pinned thread (DPDK-style lcores),
+//!   no rseq, remote frees batched per owner; but every allocating thread must hold one
+//!   (at most `max_owners`), and frames cached by an idle owner are out of reach of the others.
+//!
+//! Both paths share the region, the depot and the overflow list, and an [`Skb`] behaves the same
+//! whichever allocated it (data window, [`Skb::into_addr`] / [`Pool::skb_from_addr`], drop sends
+//! it home).
+//!
+//! A [`Pool`] maps a [`Region`] of fixed-size frames. A thread that allocates through a handle
+//! registers a [`PoolHandle`] (an *owner*, the kernel's CPU) and gets [`Skb`]s: one-pointer handles of a
 //! frame with a kernel-style data window (`put`/`push`/`pull`/`trim`) and the metadata a qdisc
 //! and a driver need. Dropping an `Skb` returns its frame to the owner that allocated it: into
 //! the owner's cache on the owner's thread, else through the owner's lock-free defer list
@@ -39,12 +56,18 @@ mod error;
 mod handle;
 /// Per-frame metadata in a side array, and the free-frame node.
 mod meta;
+/// A CPU's outgoing batch of remote frees (per-CPU caches).
+mod outgoing;
+/// Per-CPU frame caches: `Pool::alloc` from any thread (rseq or locked).
+mod percpu;
 /// `Pool`, its builder, the shared state and its lifetime.
 mod pool;
 /// The frame region: one mmap, optionally huge pages, usable as an AF_XDP UMEM.
 mod region;
 /// Remote free: the owner's defer list, kick and drain (`skb_attempt_defer_free`).
 mod remote;
+/// Restartable sequences: the ABI, the thread's area, the x86_64 critical sections.
+pub mod rseq;
 /// `Skb`: the owned frame handle and its data window.
 mod skb;
 /// Handle and pool counters.
@@ -54,6 +77,7 @@ mod sync;
 
 pub use error::{AddrError, BuildError, PoolError, SkbError};
 pub use handle::PoolHandle;
+pub use percpu::{CpuCacheStats, MAX_CPUS, PerCpu, PerCpuStats};
 pub use pool::{
     DEFAULT_CACHE_MAX, DEFAULT_DEFER_MAX, DEFAULT_FRAME_COUNT, DEFAULT_FRAME_SIZE,
     DEFAULT_HEADROOM, DEFAULT_MAX_OWNERS, DEFAULT_REMOTE_BATCH, MAX_FRAME_SIZE, MAX_OWNERS,
@@ -63,6 +87,13 @@ pub use region::{HugePages, Region};
 pub use remote::Wake;
 pub use skb::{OwnerId, Skb, SocketRef};
 pub use stats::{HandleStats, PoolStats};
+
+/// Sets the simulated CPU of the calling modelled thread (loom models of the per-CPU caches).
+#[cfg(lockless_loom)]
+#[doc(hidden)]
+pub fn loom_set_cpu(cpu: u32) {
+    sync::SIM_CPU.with(|c| c.set(cpu));
+}
 
 /// The crate README's examples, compiled and run as doctests.
 #[cfg(doctest)]

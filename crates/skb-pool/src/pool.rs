@@ -1,21 +1,25 @@
-//! [`Pool`]: the shared part of the frame pool — region, side array, owner slots, the overflow
-//! list and the depot — and its builder.
+//! [`Pool`]: the shared part of the frame pool — region, side array, owner slots, the per-CPU
+//! caches, the overflow list and the depot — and its builder.
 //!
-//! Free frames live in five places: an owner's cache (touched without atomics), an owner's
-//! defer list (remote frees, `skb_attempt_defer_free`), a freeing thread's unflushed batch, the
-//! shared overflow list (remote frees over `defer_max`), and the depot (batches of frames not
-//! yet handed to any owner, or given back by an owner whose cache grew past `cache_max` or that
-//! was dropped). The depot is a mutex-guarded stack of whole batches, as page_pool's ring is
-//! spinlocked: it is touched once per `cache_max / 2` frames at most.
+//! Free frames live in seven places: an owner's cache (touched without atomics), an owner's
+//! defer list (remote frees, `skb_attempt_defer_free`), a freeing thread's unflushed batch, a
+//! CPU's cache and a CPU's defer list (`percpu.rs`), the shared overflow list (remote frees
+//! over `defer_max`), and the depot (batches of frames not yet handed to any owner or CPU, or
+//! given back by an owner whose cache grew past `cache_max` or that was dropped, or by a full CPU
+//! cache). The depot is a mutex-guarded stack of whole batches, as page_pool's ring is
+//! spinlocked: it is touched once per half a cache at most.
 //!
 //! # Lifetime
 //!
-//! The pool is freed when the last reference goes. References are counted in one word: one per
-//! [`Pool`] value, one per handle, and one per frame out of the pool (in an `Skb` or in
-//! flight). Handles buy frame references in blocks and keep the change, and a frame freed
-//! through a handle leaves its reference with that handle, so the count is touched about once
-//! per thousand frames, not per frame. Frames handed to the kernel keep the pool — and so the
-//! UMEM — alive until they come back.
+//! The pool is freed when the last reference goes. `Pool` values (each handle holds one) are
+//! counted in `users`; frames out of the pool (in an `Skb` or in flight) and the handles'
+//! spare frame references in `refs`, which carries a bias while any `Pool` value exists.
+//! Handles buy frame references in blocks and keep the change, and a frame freed through a
+//! handle leaves its reference with that handle, so the count is touched about once per
+//! thousand frames, not per frame. Per-CPU frames count their references in their CPUs' words
+//! instead, folded into `refs` when the last `Pool` value goes (see `percpu.rs`); from then on
+//! `refs` is exact and the pool goes with its last frame. Frames handed to the kernel keep the
+//! pool — and so the UMEM — alive until they come back.
 
 use core::fmt;
 use core::ptr::NonNull;
@@ -25,11 +29,17 @@ use llist_defer::{Fifo, LList};
 use crate::error::{AddrError, BuildError, PoolError};
 use crate::handle::PoolHandle;
 use crate::meta::{Frame, FrameMeta, IN_FLIGHT, IN_USE, TAG_MASK};
+use crate::percpu::{MAX_CPUS, PerCpu, PerCpuState, PerCpuStats};
 use crate::region::{HugePages, Region};
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
 use crate::skb::Skb;
 use crate::stats::{HandleStats, PoolStats, Totals};
 use crate::sync::{AtomicUsize, Mutex, Ordering, fence};
+
+/// The atomic reference count's bias while a [`Pool`] value exists: per-CPU frames are counted
+/// in the CPUs' words, so the atomic count alone may fall below its true value (see
+/// `percpu.rs`); the bias keeps it from reaching zero until the shares are folded in.
+const BIAS: usize = 1 << (usize::BITS - 2);
 
 /// Smallest frame size: 2048 (an AF_XDP chunk must be at least that).
 pub const MIN_FRAME_SIZE: usize = 2048;
@@ -53,7 +63,7 @@ pub const DEFAULT_CACHE_MAX: usize = 256;
 pub const DEFAULT_MAX_OWNERS: usize = 64;
 
 /// Builder for a [`Pool`]; every value is validated by [`build`](PoolBuilder::build).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PoolBuilder {
     frame_size: usize,
     frame_count: usize,
@@ -64,6 +74,20 @@ pub struct PoolBuilder {
     remote_batch: usize,
     cache_max: usize,
     max_owners: usize,
+    per_cpu: PerCpu,
+    cpus: Option<usize>,
+    cpu_wake: Option<Wake>,
+}
+
+impl fmt::Debug for PoolBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolBuilder")
+            .field("frame_size", &self.frame_size)
+            .field("frame_count", &self.frame_count)
+            .field("per_cpu", &self.per_cpu)
+            .field("cpus", &self.cpus)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for PoolBuilder {
@@ -78,6 +102,9 @@ impl Default for PoolBuilder {
             remote_batch: DEFAULT_REMOTE_BATCH,
             cache_max: DEFAULT_CACHE_MAX,
             max_owners: DEFAULT_MAX_OWNERS,
+            per_cpu: PerCpu::Auto,
+            cpus: None,
+            cpu_wake: None,
         }
     }
 }
@@ -146,6 +173,26 @@ impl PoolBuilder {
         self
     }
 
+    /// How the per-CPU caches behind [`Pool::alloc`] work (default [`PerCpu::Auto`]).
+    pub fn per_cpu(mut self, mode: PerCpu) -> Self {
+        self.per_cpu = mode;
+        self
+    }
+
+    /// Size of the per-CPU table (default: the highest CPU of the building thread's affinity
+    /// mask + 1). Threads on a CPU past it take the shared path.
+    pub fn cpus(mut self, n: usize) -> Self {
+        self.cpus = Some(n);
+        self
+    }
+
+    /// The callback a CPU's defer list kicks when remote frees fill it past half of
+    /// `defer_max` (once per fill cycle), like [`Pool::handle_with_wake`]'s.
+    pub fn cpu_wake(mut self, wake: Wake) -> Self {
+        self.cpu_wake = Some(wake);
+        self
+    }
+
     /// Validates the configuration, maps the region and builds the pool.
     ///
     /// # Errors
@@ -188,6 +235,13 @@ impl PoolBuilder {
         if self.remote_batch == 0 || self.cache_max == 0 {
             return Err(BuildError::ZeroBatch);
         }
+        let cpus = self.cpus.unwrap_or_else(crate::percpu::cpus_from_affinity);
+        if cpus == 0 || cpus > MAX_CPUS {
+            return Err(BuildError::BadCpuCount(cpus));
+        }
+        let mode = crate::percpu::resolve(self.per_cpu).map_err(BuildError::RseqUnavailable)?;
+        // At most half the pool in per-CPU caches: a cached frame is reachable only from its CPU.
+        let cpu_cap = self.cache_max.min(frame_count / (2 * cpus)).max(1);
         let region = Region::map(frame_count, frame_size, self.huge_pages, self.populate)?;
         let cfg = Config {
             headroom: headroom as u32,
@@ -197,7 +251,12 @@ impl PoolBuilder {
             shift: frame_size.trailing_zeros(),
         };
         Ok(Pool {
-            inner: PoolInner::create(region, cfg, self.max_owners),
+            inner: PoolInner::create(
+                region,
+                cfg,
+                self.max_owners,
+                PerCpuState::new(mode, cpus, cpu_cap, cfg.remote_batch, self.cpu_wake),
+            ),
         })
     }
 }
@@ -219,17 +278,25 @@ pub(crate) struct Config {
 /// that holds the links, and the region last.
 pub(crate) struct PoolInner {
     refs: AtomicUsize,
+    /// `Pool` values (handles hold one each); the last one freezes the per-CPU shares.
+    users: AtomicUsize,
     pub(crate) cfg: Config,
     pub(crate) totals: Totals,
     pub(crate) depot: Mutex<Vec<Fifo<Frame>>>,
     pub(crate) overflow: LList<Frame>,
     pub(crate) slots: Box<[OwnerSlot]>,
+    pub(crate) percpu: PerCpuState,
     pub(crate) metas: Box<[FrameMeta]>,
     pub(crate) region: Region,
 }
 
 impl PoolInner {
-    fn create(region: Region, cfg: Config, max_owners: usize) -> NonNull<PoolInner> {
+    fn create(
+        region: Region,
+        cfg: Config,
+        max_owners: usize,
+        percpu: PerCpuState,
+    ) -> NonNull<PoolInner> {
         let count = region.frame_count();
         // Allocate first, so every frame's back pointer and every later access derive from the
         // one raw pointer the pool lives at.
@@ -239,8 +306,10 @@ impl PoolInner {
             .collect();
         let slots: Box<[OwnerSlot]> = (0..max_owners).map(|_| OwnerSlot::new()).collect();
         let inner = PoolInner {
-            refs: AtomicUsize::new(1),
+            refs: AtomicUsize::new(BIAS),
+            users: AtomicUsize::new(1),
             region,
+            percpu,
             metas,
             slots,
             overflow: LList::new(),
@@ -298,6 +367,43 @@ impl PoolInner {
             // SAFETY: that was the last reference: nobody else can reach the pool any more,
             // and it was leaked from a `Box` in `create`.
             drop(unsafe { Box::from_raw(this.as_ptr()) });
+        }
+    }
+
+    /// The last [`Pool`] value is gone: folds the per-CPU reference shares into the atomic
+    /// count, drops the bias, and frees the pool if nothing else holds it.
+    ///
+    /// # Safety
+    ///
+    /// `this` points to a live pool whose last `Pool` value is being dropped; the caller does
+    /// not touch the pool after this call.
+    unsafe fn kill(this: NonNull<PoolInner>) {
+        // SAFETY: the bias (not yet dropped) keeps the pool alive here.
+        let inner = unsafe { this.as_ref() };
+        let Some(share) = inner.percpu.freeze() else {
+            // Sections may still run against the caches: leak the pool rather than free it.
+            return;
+        };
+        // From here every per-CPU operation takes the atomic path, so the count is exact once
+        // the share is folded in. The true remainder (frames out of the pool) is below 2^32,
+        // so it is the count minus the bias plus the share, modulo 2^32.
+        let mut cur = inner.refs.load(Ordering::Relaxed);
+        loop {
+            let fin = (cur.wrapping_sub(BIAS) as u32).wrapping_add(share) as usize;
+            match inner
+                .refs
+                .compare_exchange_weak(cur, fin, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) if fin == 0 => {
+                    fence(Ordering::Acquire);
+                    // SAFETY: no reference is left and no `Pool` value: nobody can reach the
+                    // pool any more; it was leaked from a `Box` in `create`.
+                    drop(unsafe { Box::from_raw(this.as_ptr()) });
+                    return;
+                }
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
         }
     }
 
@@ -471,6 +577,89 @@ impl Pool {
         self.inner().slots.len()
     }
 
+    /// Allocates one frame from the cache of the CPU the calling thread runs on: any thread,
+    /// no registration. The frame has the pool's headroom, empty data and cleared metadata,
+    /// and goes home to that CPU when dropped (see the crate docs for when to prefer a
+    /// [`PoolHandle`]).
+    ///
+    /// ```
+    /// let pool = skb_pool::Pool::builder().frame_count(64).build()?;
+    /// let skbs: Vec<_> = std::thread::scope(|s| {
+    ///     let a = s.spawn(|| pool.alloc());
+    ///     let b = s.spawn(|| pool.alloc());
+    ///     [a.join().unwrap(), b.join().unwrap()]
+    /// }).into_iter().collect::<Result<_, _>>()?;
+    /// assert_eq!(pool.stats().in_use, 2);
+    /// drop(skbs); // each back to its home CPU's cache or defer list
+    /// assert_eq!(pool.stats().in_use, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::Exhausted`] if no frame is free anywhere this CPU can reach.
+    #[inline]
+    pub fn alloc(&self) -> Result<Skb, PoolError> {
+        let frame = self.inner().percpu_alloc().ok_or(PoolError::Exhausted)?;
+        // SAFETY: the frame is in use, ours alone, and carries one pool reference.
+        Ok(unsafe { Skb::from_meta(frame.0) })
+    }
+
+    /// Allocates up to `n` frames into `out` with [`alloc`](Self::alloc); returns how many
+    /// (fewer than `n` only when the pool is exhausted).
+    pub fn alloc_bulk<E: Extend<Skb>>(&self, n: usize, out: &mut E) -> usize {
+        for i in 0..n {
+            match self.alloc() {
+                Ok(skb) => out.extend(core::iter::once(skb)),
+                Err(_) => return i,
+            }
+        }
+        n
+    }
+
+    /// [`alloc`](Self::alloc), waiting up to `timeout` for a frame to come back if the pool is
+    /// exhausted. There is no owner to wake here: it looks again every
+    /// [`PoolHandle::WAIT_NAP`] at most.
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::Exhausted`] if no frame came back within `timeout`.
+    pub fn alloc_wait(&self, timeout: std::time::Duration) -> Result<Skb, PoolError> {
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        loop {
+            match self.alloc() {
+                Err(PoolError::Exhausted) => {}
+                other => return other,
+            }
+            let now = std::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(PoolError::Exhausted);
+            }
+            let nap = deadline.map_or(PoolHandle::WAIT_NAP, |d| {
+                (d - now).min(PoolHandle::WAIT_NAP)
+            });
+            crate::sync::park_timeout(nap);
+        }
+    }
+
+    /// The per-CPU implementation this pool got ([`PerCpu::Rseq`] or [`PerCpu::Locked`]).
+    pub fn per_cpu(&self) -> PerCpu {
+        self.inner().percpu.mode()
+    }
+
+    /// Frames per CPU cache, per CPU defer list and in the depot, and the per-CPU counters.
+    pub fn per_cpu_stats(&self) -> PerCpuStats {
+        let inner = self.inner();
+        let depot = inner
+            .depot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(Fifo::len)
+            .sum();
+        inner.percpu.stats(depot)
+    }
+
     /// Registers the calling thread as an owner, without a wake callback.
     ///
     /// # Errors
@@ -574,15 +763,21 @@ impl Pool {
 
 impl Clone for Pool {
     fn clone(&self) -> Self {
-        self.inner().acquire(1);
+        // Relaxed: as `Arc::clone`, a new value is made from an existing one.
+        self.inner().users.fetch_add(1, Ordering::Relaxed);
         Pool { inner: self.inner }
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        // SAFETY: this value owns one reference and is not used again.
-        unsafe { PoolInner::release(self.inner, 1) };
+        // Release, and Acquire in the last one: every use through other values happens before
+        // the kill (the `Arc::drop` protocol).
+        if self.inner().users.fetch_sub(1, Ordering::Release) == 1 {
+            fence(Ordering::Acquire);
+            // SAFETY: that was the last `Pool` value; this one is not used again.
+            unsafe { PoolInner::kill(self.inner) };
+        }
     }
 }
 

@@ -76,6 +76,8 @@ pub(crate) struct OwnerSlot {
     parked: CachePadded<AtomicBool>,
     /// The owner's thread, to unpark (a handle is bound to the thread that created it).
     thread: Mutex<Option<thread::Thread>>,
+    /// A CPU's defer list (per-CPU caches): nobody parks on it, so freers skip the handshake.
+    for_cpu: bool,
 }
 
 struct RemoteList {
@@ -97,6 +99,7 @@ impl OwnerSlot {
             wake: Mutex::new(None),
             parked: CachePadded::new(AtomicBool::new(false)),
             thread: Mutex::new(None),
+            for_cpu: false,
         }
     }
 
@@ -113,6 +116,16 @@ impl OwnerSlot {
         *self.wake.lock().unwrap_or_else(PoisonError::into_inner) = wake;
         *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread::current());
         true
+    }
+
+    /// A slot claimed for good as a CPU's defer list (per-CPU caches): no thread to unpark,
+    /// `wake` kicked at half of `defer_max`.
+    pub(crate) fn new_for_cpu(wake: Option<Wake>) -> Self {
+        let mut s = OwnerSlot::new();
+        s.for_cpu = true;
+        s.remote.claimed.store(true, Ordering::Relaxed);
+        *s.wake.lock().unwrap_or_else(PoisonError::into_inner) = wake;
+        s
     }
 
     /// Gives the slot up (the handle is being dropped). Frames freed to it afterwards go to the
@@ -163,7 +176,9 @@ impl OwnerSlot {
             return Deferred::Overflow;
         }
         r.list.add_batch(batch);
-        self.unpark_owner();
+        if !self.for_cpu {
+            self.unpark_owner();
+        }
         let half = defer_max / 2;
         if prev <= half && n > half {
             Deferred::Queued(self.kick())

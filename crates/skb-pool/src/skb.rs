@@ -374,10 +374,22 @@ impl Skb {
         self.m_mut().flags |= F_CE;
     }
 
-    /// The owner handle that allocated the frame, which it returns to when dropped.
+    /// The owner handle that allocated the frame, which it returns to when dropped (for a
+    /// frame from [`Pool::alloc`](crate::Pool::alloc), see [`home_cpu`](Self::home_cpu)
+    /// instead: its id is not an owner slot).
     #[inline]
     pub fn owner(&self) -> OwnerId {
         OwnerId(self.m().owner)
+    }
+
+    /// The CPU whose cache the frame goes home to, if [`Pool::alloc`](crate::Pool::alloc)
+    /// allocated it from a per-CPU cache (`None` for a handle's frame, and for one from the
+    /// shared path, which goes to the overflow list).
+    #[inline]
+    pub fn home_cpu(&self) -> Option<u32> {
+        let o = self.m().owner;
+        (o & crate::percpu::HOME_FLAG != 0 && o != crate::percpu::NO_HOME)
+            .then_some(u32::from(o & !crate::percpu::HOME_FLAG))
     }
 
     /// Whether this frame belongs to `pool` (an AF_XDP driver must not put another pool's

@@ -84,8 +84,9 @@ impl Totals {
 pub struct PoolStats {
     /// Frames in the region.
     pub frame_count: usize,
-    /// Frames free: in an owner's cache, a defer list, an unflushed free batch, the overflow list
-    /// or the depot.
+    /// Frames free: in an owner's or a CPU's cache, a defer list, an unflushed free batch, the
+    /// overflow list or the depot ([`Pool::per_cpu_stats`](crate::Pool::per_cpu_stats) breaks
+    /// down the per-CPU caches, the CPUs' defer lists and the depot).
     pub free: usize,
     /// Frames held by an [`Skb`](crate::Skb).
     pub in_use: usize,

@@ -14,14 +14,18 @@ pub(crate) use core::cell::UnsafeCell;
 #[cfg(lockless_loom)]
 pub(crate) use loom::sync::Mutex;
 #[cfg(lockless_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(lockless_loom)]
 pub(crate) use loom::thread;
 
 #[cfg(not(lockless_loom))]
 pub(crate) use std::sync::Mutex;
 #[cfg(not(lockless_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
+pub(crate) use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(not(lockless_loom))]
 pub(crate) use std::thread;
 
@@ -51,4 +55,26 @@ std::thread_local! {
 loom::thread_local! {
     pub(crate) static LOCALS: core::cell::Cell<*mut crate::handle::Local> =
         core::cell::Cell::new(core::ptr::null_mut());
+}
+
+/// The CPU the calling thread runs on (`sched_getcpu`), or `None` if the kernel cannot say.
+#[cfg(not(lockless_loom))]
+#[inline]
+pub(crate) fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}
+
+// The simulated CPU of a modelled thread (loom has no CPUs): set by the model with
+// `skb_pool::loom_set_cpu`, 0 by default.
+#[cfg(lockless_loom)]
+loom::thread_local! {
+    pub(crate) static SIM_CPU: core::cell::Cell<u32> = core::cell::Cell::new(0);
+}
+
+/// See the non-loom definition: under loom, the thread's simulated CPU.
+#[cfg(lockless_loom)]
+pub(crate) fn current_cpu() -> Option<u32> {
+    Some(SIM_CPU.with(core::cell::Cell::get))
 }

@@ -1,0 +1,118 @@
+//! A CPU's outgoing batch of remote frees (per-CPU caches): frames freed on this CPU that go
+//! home to another, gathered up to `remote_batch` per home so the home CPU's defer list takes
+//! one `add_batch` (and one count update) per batch instead of one per frame — what a handle's
+//! per-owner batches do, kept per CPU so that no thread has anything to flush.
+//!
+//! The batch is behind a try-lock (whatever the pool's `PerCpu` mode): it is taken by threads on
+//! its CPU, so it is uncontended unless a holder was preempted (then the freer defers its frame
+//! alone), and it lets an allocator on any CPU take the frames of a batch that no free on its
+//! CPU will ever complete (the anti-stranding probe). One home at a time: a free for another
+//! home sends the partial batch first.
+//!
+//! This file owns the batch only; where its frames go is `percpu.rs`'s business.
+
+use core::ptr::NonNull;
+
+use llist_defer::Fifo;
+
+use crate::meta::{Frame, FrameMeta};
+use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+
+/// No home: the batch is empty.
+const NONE: u32 = u32::MAX;
+
+/// One CPU's outgoing batch.
+pub(crate) struct Outgoing {
+    lock: AtomicBool,
+    /// The home CPU of the frames in `items` (under the lock).
+    home: AtomicU32,
+    /// Frames in `items` (under the lock; read without it for stats).
+    count: AtomicUsize,
+    /// Frame metadata addresses.
+    items: Box<[AtomicUsize]>,
+}
+
+/// A batch taken out for its home CPU.
+pub(crate) struct Full {
+    pub(crate) frames: Fifo<Frame>,
+    pub(crate) home: u32,
+}
+
+impl Outgoing {
+    pub(crate) fn new(batch: usize) -> Outgoing {
+        Outgoing {
+            lock: AtomicBool::new(false),
+            home: AtomicU32::new(NONE),
+            count: AtomicUsize::new(0),
+            items: (0..batch.max(1)).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    /// Frames waiting in the batch (a snapshot).
+    pub(crate) fn len(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Adds a free frame (carrying no reference) for `home`. `Err(frame)` if the batch is busy
+    /// (its holder was preempted); else what must be sent now: the previous partial batch (for
+    /// another home) or this one if it is full.
+    pub(crate) fn add(&self, frame: Frame, home: u32) -> Result<Option<Full>, Frame> {
+        // Acquire: the previous holder's writes to the batch are visible.
+        if self
+            .lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(frame);
+        }
+        let mut out = None;
+        let mut n = self.count.load(Ordering::Relaxed);
+        if n > 0 && self.home.load(Ordering::Relaxed) != home {
+            out = Some(self.take_locked(n));
+            n = 0;
+        }
+        self.items[n].store(frame.0.as_ptr() as usize, Ordering::Relaxed);
+        self.home.store(home, Ordering::Relaxed);
+        n += 1;
+        self.count.store(n, Ordering::Relaxed);
+        if n == self.items.len() {
+            // A different-home flush above left one frame, so with a batch of one both cannot
+            // happen; with more, the new batch is not full yet.
+            debug_assert!(out.is_none());
+            out = Some(self.take_locked(n));
+        }
+        // Release: the next holder (or a prober) sees the batch as left here.
+        self.lock.store(false, Ordering::Release);
+        Ok(out)
+    }
+
+    /// Takes whatever the batch holds, if its lock is free (the anti-stranding probe).
+    pub(crate) fn try_take(&self) -> Option<Full> {
+        if self.count.load(Ordering::Relaxed) == 0
+            || self
+                .lock
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return None;
+        }
+        let n = self.count.load(Ordering::Relaxed);
+        let out = (n > 0).then(|| self.take_locked(n));
+        self.lock.store(false, Ordering::Release);
+        out
+    }
+
+    /// Empties the batch; the caller holds the lock.
+    fn take_locked(&self, n: usize) -> Full {
+        let mut frames = Fifo::new();
+        for item in &self.items[..n] {
+            let p = item.load(Ordering::Relaxed) as *mut FrameMeta;
+            // SAFETY: the batch holds only addresses of this pool's metadata entries, of free
+            // frames that nobody else holds (they left their freers when they were added).
+            frames.push_back(Frame(unsafe { NonNull::new_unchecked(p) }));
+        }
+        let home = self.home.swap(NONE, Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
+        Full { frames, home }
+    }
+}

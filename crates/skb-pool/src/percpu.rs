@@ -1,0 +1,688 @@
+//! Per-CPU frame caches: [`Pool::alloc`](crate::Pool::alloc) from any thread, no registration.
+//!
+//! Each CPU (of the affinity mask at build) has a cache — a stack of free frames and one
+//! 64-bit word, the stack's count in the low 32 bits and the CPU's share of pool references in
+//! the high 32 — and a defer list (an [`OwnerSlot`], as a handle has). A thread allocates from
+//! the cache of the CPU it runs on and stamps the frame with that home CPU. Dropping the frame
+//! on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer list
+//! (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
+//! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when kicked or when
+//! its cache is dry. Every cache operation is one critical section that commits with a single
+//! store of the word:
+//!
+//! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW;
+//! - [`PerCpu::Locked`]: the CPU from `sched_getcpu`, the cache behind a try-lock that is
+//!   uncontended unless its holder was preempted mid-operation; the thread that loses it takes
+//!   the shared path instead of waiting.
+//!
+//! The shared path — a CPU number past the table (a CPU that came online later), a thread
+//! without an rseq area, a lost try-lock — takes frames from the shared sources and frees to the
+//! overflow list, with an atomic pool reference. An allocation whose cache is dry refills from,
+//! in order: its CPU's defer list, the overflow list, the depot (half a cache per batch), the
+//! defer lists of other CPUs (so frames sent home to a CPU nobody allocates on any more are not
+//! stranded; one probe per CPU per call), and vacant owner slots. A push to a full cache first
+//! flushes half of it to the depot (DPDK's hysteresis). A CPU's cache holds at most
+//! `min(cache_max, frame_count / (2 × cpus))` frames, so the caches together never hold more
+//! than half the pool: a frame in a cache is reachable only from its CPU.
+//!
+//! # References
+//!
+//! An allocated frame holds a pool reference, as with handles; here it is counted in the high
+//! half of the word of the CPU that allocated it (and dropped from the word of the CPU that
+//! frees it), so neither path touches a shared line. The sum over CPUs is the per-CPU share; the
+//! atomic count carries a bias while a [`Pool`](crate::Pool) value exists. When the last one
+//! goes, [`PerCpuState::freeze`] sets `dying` (every section checks it before its commit), waits
+//! out every section in progress (`membarrier(PRIVATE_EXPEDITED_RSEQ)` restarts them; for the
+//! locked caches, taking each lock once), and folds the sum into the atomic count, which from
+//! then on counts every reference exactly. Only the sum matters, modulo 2^32: a frame counted
+//! on one CPU and released on another, or atomically, is fine.
+//!
+//! This file must not touch the owner handles' caches or the per-owner free path.
+
+use core::fmt;
+use core::ptr::NonNull;
+use std::sync::PoisonError;
+
+use crossbeam_utils::CachePadded;
+use llist_defer::{Chain, Fifo};
+
+use crate::meta::{Frame, FrameMeta};
+use crate::outgoing::{Full, Outgoing};
+use crate::pool::PoolInner;
+use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, current_cpu, thread};
+
+/// Which per-CPU cache implementation a pool uses ([`PoolBuilder::per_cpu`]).
+///
+/// [`PoolBuilder::per_cpu`]: crate::PoolBuilder::per_cpu
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PerCpu {
+    /// Restartable sequences (x86_64 Linux with rseq and `membarrier` RSEQ support).
+    Rseq,
+    /// `sched_getcpu` and a per-CPU try-lock: works everywhere.
+    Locked,
+    /// `Rseq` where available, else `Locked`; [`Pool::per_cpu`](crate::Pool::per_cpu) reports
+    /// which one the pool got.
+    Auto,
+}
+
+/// Most CPUs a per-CPU table has (home CPUs are stamped in 15 bits).
+pub const MAX_CPUS: usize = 0x7fff;
+
+/// Owner stamp bit: the frame was allocated through the per-CPU caches.
+pub(crate) const HOME_FLAG: u16 = 0x8000;
+/// Owner stamp of a frame allocated through the shared path: it goes to the overflow list.
+pub(crate) const NO_HOME: u16 = 0xffff;
+
+const REF: u64 = 1 << 32;
+/// Pop for an allocation: count − 1, references + 1.
+const POP_ALLOC: u64 = REF - 1;
+/// Push of a freed frame: count + 1, references − 1.
+const PUSH_FREE: u64 = 1u64.wrapping_sub(REF);
+/// Push of a frame that carries no reference (drained, refilled): count + 1.
+const PUSH_SPARE: u64 = 1;
+/// Pop of a frame to flush: count − 1.
+const POP_SPARE: u64 = u64::MAX;
+/// A remote free's reference, dropped on the freeing CPU.
+const DROP_REF: u64 = 0u64.wrapping_sub(REF);
+
+/// One CPU's cache: the commit word, the try-lock of `PerCpu::Locked`, and the stack.
+struct CpuCache {
+    /// Count of `items` in use (low 32 bits) | this CPU's reference share (high 32, wrapping).
+    word: AtomicU64,
+    lock: AtomicBool,
+    /// Frame metadata addresses; only `[0, count)` is meaningful.
+    items: Box<[AtomicUsize]>,
+}
+
+/// A cache operation.
+#[derive(Clone, Copy)]
+enum Op {
+    Pop(u64),
+    Push(usize, u64),
+    Add(u64),
+}
+
+/// What a cache operation did.
+enum Res {
+    /// Committed on this CPU (the popped item, 0 for push and add).
+    Done(usize, u32),
+    /// The cache was empty (pop) or full (push).
+    Refused(u32),
+    /// Not running on the CPU the operation was for.
+    NotHere,
+    /// No cache for this thread now: take the shared path.
+    NoCache,
+}
+
+/// The per-CPU half of a pool.
+pub(crate) struct PerCpuState {
+    mode: PerCpu,
+    cap: usize,
+    caches: Box<[CachePadded<CpuCache>]>,
+    pub(crate) slots: Box<[OwnerSlot]>,
+    /// Each CPU's outgoing batch of remote frees.
+    out: Box<[CachePadded<Outgoing>]>,
+    dying: CachePadded<AtomicBool>,
+    aborts: AtomicUsize,
+    shared: AtomicUsize,
+}
+
+/// A snapshot of one CPU's cache and defer list ([`PerCpuStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuCacheStats {
+    /// Frames in the CPU's cache.
+    pub cached: usize,
+    /// The CPU's defer count (frames deferred since its last drain; errs high after overflows).
+    pub deferred: usize,
+    /// Frames freed on this CPU waiting in its outgoing batch for another CPU.
+    pub outgoing: usize,
+    /// Whether its defer list holds frames.
+    pub has_deferred: bool,
+}
+
+/// Per-CPU counters and frame locations ([`Pool::per_cpu_stats`](crate::Pool::per_cpu_stats)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerCpuStats {
+    /// The implementation the pool got (never `Auto`).
+    pub mode: PerCpu,
+    /// Frames a CPU's cache holds at most.
+    pub cache_cap: usize,
+    /// One entry per CPU of the table.
+    pub cpus: Vec<CpuCacheStats>,
+    /// Frames in the shared depot.
+    pub depot: usize,
+    /// rseq critical sections the kernel aborted (preemption, migration, signal).
+    pub aborts: u64,
+    /// Allocations and frees that took the shared path (no cache for the thread at the time).
+    pub shared_path: u64,
+}
+
+/// The CPUs of the calling thread's affinity mask: the highest + 1, at least 1.
+pub(crate) fn cpus_from_affinity() -> usize {
+    #[cfg(not(lockless_loom))]
+    {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+        let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+        // SAFETY: pid 0 is the calling thread; the size is the set's.
+        let rc = unsafe {
+            libc::sched_getaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &mut set)
+        };
+        if rc != 0 {
+            return std::thread::available_parallelism().map_or(1, usize::from);
+        }
+        let max = (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: reading a bit of an initialised set, index below CPU_SETSIZE.
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .max();
+        max.map_or(1, |m| m + 1)
+    }
+    #[cfg(lockless_loom)]
+    {
+        1
+    }
+}
+
+/// Resolves the requested mode to what this process can have.
+pub(crate) fn resolve(want: PerCpu) -> Result<PerCpu, &'static str> {
+    let rseq = rseq_usable();
+    match (want, rseq) {
+        (PerCpu::Locked, _) => Ok(PerCpu::Locked),
+        (PerCpu::Rseq | PerCpu::Auto, Ok(())) => Ok(PerCpu::Rseq),
+        (PerCpu::Auto, Err(_)) => Ok(PerCpu::Locked),
+        (PerCpu::Rseq, Err(why)) => Err(why),
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+fn rseq_usable() -> Result<(), &'static str> {
+    if crate::rseq::area().is_none() {
+        return Err("the kernel refused to register an rseq area for this thread (Linux < 4.18?)");
+    }
+    if !crate::rseq::register_membarrier() {
+        return Err(
+            "membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ) failed (Linux < 5.10?)",
+        );
+    }
+    Ok(())
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+fn rseq_usable() -> Result<(), &'static str> {
+    Err("this build has no rseq critical sections (x86_64 Linux only, and not under loom)")
+}
+
+impl PerCpuState {
+    pub(crate) fn new(
+        mode: PerCpu,
+        cpus: usize,
+        cap: usize,
+        batch: usize,
+        wake: Option<Wake>,
+    ) -> PerCpuState {
+        let caches = (0..cpus)
+            .map(|_| {
+                CachePadded::new(CpuCache {
+                    word: AtomicU64::new(0),
+                    lock: AtomicBool::new(false),
+                    items: (0..cap).map(|_| AtomicUsize::new(0)).collect(),
+                })
+            })
+            .collect();
+        let slots = (0..cpus)
+            .map(|_| OwnerSlot::new_for_cpu(wake.clone()))
+            .collect();
+        PerCpuState {
+            mode,
+            cap,
+            caches,
+            slots,
+            out: (0..cpus)
+                .map(|_| CachePadded::new(Outgoing::new(batch)))
+                .collect(),
+            dying: CachePadded::new(AtomicBool::new(false)),
+            aborts: AtomicUsize::new(0),
+            shared: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn mode(&self) -> PerCpu {
+        self.mode
+    }
+
+    /// Runs `op` on the cache of the CPU the thread is on (if `want` is set, only if that is
+    /// CPU `want`). Always inlined: `op` is a constant at every call site, so each use
+    /// compiles to its one section.
+    #[inline(always)]
+    fn run(&self, want: Option<u32>, op: Op) -> Res {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        if self.mode == PerCpu::Rseq {
+            return self.run_rseq(want, op);
+        }
+        self.run_locked(want, op, false)
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    #[inline(always)]
+    fn run_rseq(&self, want: Option<u32>, op: Op) -> Res {
+        use crate::rseq::{self, Status};
+        let Some(area) = rseq::area() else {
+            return Res::NoCache;
+        };
+        let dying = self.dying.as_ptr().cast_const().cast::<u8>();
+        loop {
+            let cpu = rseq::cpu(area);
+            if want.is_some_and(|w| w != cpu) {
+                return Res::NotHere;
+            }
+            let Some(c) = self.caches.get(cpu as usize) else {
+                return Res::NoCache;
+            };
+            let cache = rseq::CacheRef {
+                word: c.word.as_ptr(),
+                items: c.items.as_ptr().cast::<usize>().cast_mut(),
+                cap: self.cap as u64,
+                dying,
+            };
+            // SAFETY: `area` is this thread's registered area; the word, the items (`cap` of
+            // them) and `dying` live as long as the pool, which the caller's reference keeps
+            // alive; in an Rseq pool only these sections, on CPU `cpu`, write them.
+            let (st, item) = unsafe {
+                match op {
+                    Op::Pop(d) => rseq::pop(area, cpu, cache, d),
+                    Op::Push(it, d) => (rseq::push(area, cpu, cache, it, d), 0),
+                    Op::Add(d) => (rseq::add(area, cpu, cache, d), 0),
+                }
+            };
+            match st {
+                Status::Done => return Res::Done(item, cpu),
+                Status::Refused => return Res::Refused(cpu),
+                Status::Dying => return Res::NoCache,
+                Status::WrongCpu => {}
+                Status::Abort => {
+                    self.aborts.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// The CPU the calling thread runs on, as this pool's mode reads it.
+    fn cpu_now(&self) -> Option<u32> {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        if self.mode == PerCpu::Rseq {
+            return crate::rseq::area().map(crate::rseq::cpu);
+        }
+        current_cpu()
+    }
+
+    /// The locked section; with `wait`, a busy lock is waited for (yielding) instead of
+    /// refused.
+    fn run_locked(&self, want: Option<u32>, op: Op, wait: bool) -> Res {
+        let Some(cpu) = current_cpu() else {
+            return Res::NoCache;
+        };
+        if want.is_some_and(|w| w != cpu) {
+            return Res::NotHere;
+        }
+        let Some(c) = self.caches.get(cpu as usize) else {
+            return Res::NoCache;
+        };
+        // Acquire: the previous holder's stack and word writes are visible.
+        while c
+            .lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            if !wait {
+                return Res::NoCache;
+            }
+            thread::yield_now();
+        }
+        // Relaxed: `freeze` stores `dying` before it takes this lock, so a holder that took the
+        // lock after it sees the flag, and one that took it before is waited for.
+        if self.dying.load(Ordering::Relaxed) {
+            c.lock.store(false, Ordering::Release);
+            return Res::NoCache;
+        }
+        let w = c.word.load(Ordering::Relaxed);
+        let count = w as u32 as usize;
+        let res = match op {
+            Op::Pop(d) if count > 0 => {
+                let item = c.items[count - 1].load(Ordering::Relaxed);
+                c.word.store(w.wrapping_add(d), Ordering::Relaxed);
+                Res::Done(item, cpu)
+            }
+            Op::Push(it, d) if count < self.cap => {
+                c.items[count].store(it, Ordering::Relaxed);
+                c.word.store(w.wrapping_add(d), Ordering::Relaxed);
+                Res::Done(0, cpu)
+            }
+            Op::Add(d) => {
+                c.word.store(w.wrapping_add(d), Ordering::Relaxed);
+                Res::Done(0, cpu)
+            }
+            Op::Pop(_) | Op::Push(..) => Res::Refused(cpu),
+        };
+        // Release: the next holder (and `freeze`) sees our writes. After this store the pool
+        // may be freed (if this dropped the last reference): nothing below touches it.
+        c.lock.store(false, Ordering::Release);
+        res
+    }
+
+    /// Freezes the per-CPU reference shares (the last `Pool` value is gone) and returns their
+    /// sum modulo 2^32, or `None` if the sections in progress could not be waited out (then the
+    /// pool is leaked rather than freed under a running section).
+    pub(crate) fn freeze(&self) -> Option<u32> {
+        self.dying.store(true, Ordering::SeqCst);
+        match self.mode {
+            PerCpu::Rseq =>
+            {
+                #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+                if !crate::rseq::membarrier_rseq() {
+                    return None;
+                }
+            }
+            PerCpu::Locked | PerCpu::Auto => {
+                for c in self.caches.iter() {
+                    while c
+                        .lock
+                        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        thread::yield_now();
+                    }
+                    c.lock.store(false, Ordering::Release);
+                }
+            }
+        }
+        Some(
+            self.caches
+                .iter()
+                .map(|c| (c.word.load(Ordering::Acquire) >> 32) as u32)
+                .fold(0u32, u32::wrapping_add),
+        )
+    }
+
+    /// The per-CPU snapshot (counts read without stopping anyone: approximate under load).
+    pub(crate) fn stats(&self, depot: usize) -> PerCpuStats {
+        PerCpuStats {
+            mode: self.mode,
+            cache_cap: self.cap,
+            cpus: self
+                .caches
+                .iter()
+                .zip(self.slots.iter())
+                .zip(self.out.iter())
+                .map(|((c, s), o)| CpuCacheStats {
+                    cached: c.word.load(Ordering::Relaxed) as u32 as usize,
+                    deferred: s.count(),
+                    outgoing: o.len(),
+                    has_deferred: !s.looks_empty(),
+                })
+                .collect(),
+            depot,
+            aborts: self.aborts.load(Ordering::Relaxed) as u64,
+            shared_path: self.shared.load(Ordering::Relaxed) as u64,
+        }
+    }
+}
+
+impl fmt::Debug for PerCpuState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerCpuState")
+            .field("mode", &self.mode)
+            .field("cpus", &self.caches.len())
+            .field("cap", &self.cap)
+            .finish_non_exhaustive()
+    }
+}
+
+fn home_stamp(cpu: u32) -> u16 {
+    HOME_FLAG | cpu as u16
+}
+
+impl PoolInner {
+    /// `Pool::alloc`: a frame from this CPU's cache, else refilled, else the shared path.
+    /// The frame is stamped, in use, and carries one pool reference.
+    #[inline]
+    pub(crate) fn percpu_alloc(&self) -> Option<Frame> {
+        let pc = &self.percpu;
+        let headroom = self.cfg.headroom;
+        match pc.run(None, Op::Pop(POP_ALLOC)) {
+            Res::Done(item, cpu) => {
+                // SAFETY: the caches hold only addresses of this pool's metadata entries.
+                let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+                if pc.slots[cpu as usize].is_pending() {
+                    let chain = pc.slots[cpu as usize].drain();
+                    self.stash(chain.reverse());
+                }
+                frame.init(home_stamp(cpu), headroom);
+                Some(frame)
+            }
+            Res::Refused(cpu) => {
+                let frame = self.refill(cpu as usize)?;
+                self.acquire(1);
+                frame.init(home_stamp(cpu), headroom);
+                Some(frame)
+            }
+            Res::NotHere | Res::NoCache => {
+                pc.shared.fetch_add(1, Ordering::Relaxed);
+                if let Some(frame) = self.refill(usize::MAX) {
+                    self.acquire(1);
+                    frame.init(NO_HOME, headroom);
+                    return Some(frame);
+                }
+                // Shared sources dry: a locked cache whose try-lock we lost may still hold
+                // frames. Wait for its holder (preempted mid-operation) rather than fail.
+                if pc.mode != PerCpu::Locked {
+                    return None;
+                }
+                match pc.run_locked(None, Op::Pop(POP_ALLOC), true) {
+                    Res::Done(item, cpu) => {
+                        // SAFETY: the caches hold only addresses of this pool's metadata.
+                        let frame =
+                            Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+                        frame.init(home_stamp(cpu), headroom);
+                        Some(frame)
+                    }
+                    Res::Refused(_) | Res::NotHere | Res::NoCache => None,
+                }
+            }
+        }
+    }
+
+    /// Finds free frames for a dry cache (of CPU `cpu`, or none if `cpu` is out of range),
+    /// returns one and stashes the rest: its defer list, the overflow list, the depot, other
+    /// CPUs' defer lists (one probe each), vacant owner slots.
+    #[cold]
+    #[inline(never)]
+    fn refill(&self, cpu: usize) -> Option<Frame> {
+        let pc = &self.percpu;
+        let mut got: Fifo<Frame> = match pc.slots.get(cpu) {
+            Some(s) => s.drain().reverse(),
+            None => Fifo::new(),
+        };
+        if got.is_empty() {
+            got = self.overflow.take_all().reverse();
+        }
+        if got.is_empty() {
+            let batch = self
+                .depot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            got = batch.unwrap_or_default();
+        }
+        if got.is_empty() {
+            got = probe(
+                pc.slots
+                    .iter()
+                    .chain(self.slots.iter().filter(|s| !s.is_claimed())),
+            );
+        }
+        if got.is_empty() {
+            got = self.take_outgoing();
+        }
+        let first = got.pop_front()?;
+        self.stash(got);
+        Some(first)
+    }
+
+    /// Puts free frames (carrying no references) into this CPU's cache; what does not fit goes
+    /// to the depot.
+    #[cold]
+    #[inline(never)]
+    fn stash(&self, mut frames: Fifo<Frame>) {
+        while let Some(f) = frames.pop_front() {
+            let addr = f.0.as_ptr() as usize;
+            match self.percpu.run(None, Op::Push(addr, PUSH_SPARE)) {
+                Res::Done(..) => {}
+                Res::Refused(_) | Res::NotHere | Res::NoCache => {
+                    frames.push_front(f);
+                    self.depot
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(frames);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Moves half of this CPU's (full) cache to the depot.
+    #[cold]
+    #[inline(never)]
+    fn flush_half(&self) {
+        let mut out = Fifo::new();
+        for _ in 0..self.percpu.cap.div_ceil(2) {
+            match self.percpu.run(None, Op::Pop(POP_SPARE)) {
+                // SAFETY: the caches hold only addresses of this pool's metadata entries.
+                Res::Done(item, _) => out.push_back(Frame(unsafe {
+                    NonNull::new_unchecked(item as *mut FrameMeta)
+                })),
+                Res::Refused(_) | Res::NotHere | Res::NoCache => break,
+            }
+        }
+        if !out.is_empty() {
+            self.depot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(out);
+        }
+    }
+
+    /// Frees a frame stamped by the per-CPU path: home cache, home defer list, or overflow.
+    ///
+    /// # Safety
+    ///
+    /// `frame` is an exclusively held in-use frame of the pool at `this`, stamped by
+    /// [`percpu_alloc`](Self::percpu_alloc), carrying one reference to it.
+    #[inline]
+    pub(crate) unsafe fn percpu_free(this: NonNull<PoolInner>, frame: Frame) {
+        // SAFETY: the frame's reference keeps the pool alive until we drop it below.
+        let pool = unsafe { this.as_ref() };
+        let pc = &pool.percpu;
+        let home = frame.owner();
+        frame.set_free();
+        let addr = frame.0.as_ptr() as usize;
+        if home != NO_HOME {
+            let home = u32::from(home & !HOME_FLAG);
+            for _ in 0..2 {
+                match pc.run(Some(home), Op::Push(addr, PUSH_FREE)) {
+                    // The reference went with the commit: the pool may be gone now.
+                    Res::Done(..) => return,
+                    Res::Refused(_) => pool.flush_half(),
+                    Res::NotHere => {
+                        // SAFETY: forwarded contract; `home` came from this pool's table.
+                        unsafe { PoolInner::percpu_free_remote(this, frame, home as usize) };
+                        return;
+                    }
+                    Res::NoCache => break,
+                }
+            }
+        }
+        pc.shared.fetch_add(1, Ordering::Relaxed);
+        pool.overflow.add(frame);
+        // SAFETY: the frame's reference is ours to drop, and we are done with the pool.
+        unsafe { PoolInner::release(this, 1) };
+    }
+
+    /// Frames of an outgoing batch that no free on its CPU will complete: the first non-empty
+    /// batch whose lock is free (one probe per CPU).
+    pub(crate) fn take_outgoing(&self) -> Fifo<Frame> {
+        self.percpu
+            .out
+            .iter()
+            .find_map(|o| o.try_take())
+            .map_or_else(Fifo::new, |full| full.frames)
+    }
+
+    /// A remote free: into this CPU's outgoing batch for `home` (alone onto `home`'s defer list
+    /// if the batch is busy or the CPU has none), a full batch sent with one
+    /// `skb_attempt_defer_free`, then the reference dropped on the freeing CPU.
+    ///
+    /// # Safety
+    ///
+    /// As [`percpu_free`](Self::percpu_free) (the frame already marked free).
+    #[cold]
+    #[inline(never)]
+    unsafe fn percpu_free_remote(this: NonNull<PoolInner>, frame: Frame, home: usize) {
+        // SAFETY: the frame's reference keeps the pool alive until we drop it below.
+        let pool = unsafe { this.as_ref() };
+        let pc = &pool.percpu;
+        let batch = pc.cpu_now().and_then(|c| pc.out.get(c as usize));
+        let send = match batch {
+            Some(o) => match o.add(frame, home as u32) {
+                Ok(full) => full,
+                Err(frame) => Some(alone(frame, home)),
+            },
+            None => Some(alone(frame, home)),
+        };
+        if let Some(full) = send {
+            pool.send_home(full);
+        }
+        match pc.run(None, Op::Add(DROP_REF)) {
+            Res::Done(..) => {}
+            Res::Refused(_) | Res::NotHere | Res::NoCache => {
+                // SAFETY: the frame's reference is ours to drop; the pool is not used after.
+                unsafe { PoolInner::release(this, 1) };
+            }
+        }
+    }
+
+    /// `skb_attempt_defer_free` of a batch to its home CPU's defer list (kick at half).
+    fn send_home(&self, full: Full) {
+        let k = full.frames.len();
+        let slot = &self.percpu.slots[full.home as usize];
+        let wake = match slot.defer(full.frames, k, self.cfg.defer_max, &self.overflow) {
+            Deferred::Queued(Kick::Won(w)) => w,
+            Deferred::Queued(Kick::None | Kick::AlreadyPending) | Deferred::Overflow => None,
+        };
+        if let Some(w) = wake {
+            w();
+        }
+    }
+}
+
+/// A one-frame batch for `home`.
+fn alone(frame: Frame, home: usize) -> Full {
+    let mut frames = Fifo::new();
+    frames.push_back(frame);
+    Full {
+        frames,
+        home: home as u32,
+    }
+}
+
+/// Takes the first non-empty defer list among `slots` (one probe each).
+fn probe<'a>(slots: impl Iterator<Item = &'a OwnerSlot>) -> Fifo<Frame> {
+    for s in slots {
+        if !s.looks_empty() {
+            let chain: Chain<Frame> = s.drain();
+            if !chain.is_empty() {
+                return chain.reverse();
+            }
+        }
+    }
+    Fifo::new()
+}

@@ -1,0 +1,287 @@
+//! Per-CPU caches (`Pool::alloc`): modes, home CPUs, remote free to the home CPU's defer list
+//! with its kick, the drain of a CPU nobody allocates on, the shared path for a CPU past the
+//! table, and the pool's lifetime with per-CPU frames outstanding.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use skb_pool::{PerCpu, Pool, PoolError, Skb};
+
+/// Pins the calling thread to `cpu`; panics (a test bug or a 1-CPU machine) if refused.
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes one bit in it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above, `cpu` < CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; the set is initialised.
+    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    assert_eq!(rc, 0, "pinning to CPU {cpu}: these tests need 2 CPUs");
+}
+
+fn on_cpu<R: Send>(cpu: usize, f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            pin(cpu);
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+fn modes() -> Vec<PerCpu> {
+    let mut v = vec![PerCpu::Locked];
+    if skb_pool::rseq::SUPPORTED {
+        v.push(PerCpu::Rseq);
+    }
+    v
+}
+
+fn pool(mode: PerCpu, frames: usize) -> Pool {
+    Pool::builder()
+        .frame_count(frames)
+        .cache_max(32)
+        .defer_max(16)
+        .cpus(2)
+        .per_cpu(mode)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn auto_reports_rseq_on_x86_64_linux_and_locked_on_request() {
+    let auto = Pool::builder().frame_count(64).build().unwrap();
+    if skb_pool::rseq::SUPPORTED {
+        // Linux ≥ 5.10 with glibc's area or our own (GLIBC_TUNABLES=glibc.pthread.rseq=0).
+        assert_eq!(auto.per_cpu(), PerCpu::Rseq);
+        let rseq = Pool::builder()
+            .frame_count(64)
+            .per_cpu(PerCpu::Rseq)
+            .build()
+            .unwrap();
+        assert_eq!(rseq.per_cpu(), PerCpu::Rseq);
+    } else {
+        assert_eq!(auto.per_cpu(), PerCpu::Locked);
+        assert!(Pool::builder().per_cpu(PerCpu::Rseq).build().is_err());
+    }
+    let locked = Pool::builder()
+        .frame_count(64)
+        .per_cpu(PerCpu::Locked)
+        .build()
+        .unwrap();
+    assert_eq!(locked.per_cpu(), PerCpu::Locked);
+    assert_eq!(locked.per_cpu_stats().mode, PerCpu::Locked);
+}
+
+#[test]
+fn bad_cpu_count_is_a_typed_error() {
+    let e = Pool::builder().cpus(0).build().unwrap_err();
+    assert_eq!(e, skb_pool::BuildError::BadCpuCount(0));
+    assert!(e.to_string().contains("1..="), "{e}");
+}
+
+#[test]
+fn frames_go_home_to_their_cpu_cache() {
+    for mode in modes() {
+        let pool = pool(mode, 256);
+        let (cached_before, homes) = on_cpu(1, || {
+            let skbs: Vec<Skb> = (0..10).map(|_| pool.alloc().unwrap()).collect();
+            let homes: Vec<_> = skbs.iter().map(Skb::home_cpu).collect();
+            let before = pool.per_cpu_stats().cpus[1].cached;
+            drop(skbs);
+            (before, homes)
+        });
+        assert!(homes.iter().all(|h| *h == Some(1)), "{mode:?}: {homes:?}");
+        let st = pool.per_cpu_stats();
+        assert_eq!(st.cpus[1].cached, cached_before + 10, "{mode:?}: {st:?}");
+        assert_eq!(pool.stats().free, 256);
+    }
+}
+
+#[test]
+fn remote_free_goes_to_the_home_defer_list_kicks_at_half_and_drains_on_the_next_alloc() {
+    for mode in modes() {
+        let wakes = Arc::new(AtomicUsize::new(0));
+        let w = wakes.clone();
+        let pool = Pool::builder()
+            .frame_count(256)
+            .cache_max(32)
+            .defer_max(16)
+            .cpus(2)
+            .per_cpu(mode)
+            .cpu_wake(Arc::new(move || {
+                w.fetch_add(1, Ordering::Relaxed);
+            }))
+            .build()
+            .unwrap();
+        let skbs: Vec<Skb> = on_cpu(0, || (0..12).map(|_| pool.alloc().unwrap()).collect());
+        assert!(skbs.iter().all(|s| s.home_cpu() == Some(0)));
+        let cached0 = pool.per_cpu_stats().cpus[0].cached;
+        on_cpu(1, || drop(skbs));
+        let st = pool.per_cpu_stats();
+        // 12 deferred to CPU 0 (under defer_max 16); the free that carried the count past 8
+        // (skb_attempt_defer_free's `defer_count > defer_max / 2` kick) woke it once.
+        assert_eq!(st.cpus[0].deferred, 12, "{mode:?}: {st:?}");
+        assert!(st.cpus[0].has_deferred);
+        assert_eq!(wakes.load(Ordering::Relaxed), 1, "{mode:?}");
+        assert_eq!(
+            st.cpus[0].cached, cached0,
+            "remote frees never touch CPU 0's cache"
+        );
+        // The next allocation on CPU 0 (whatever thread) sees the kick and drains.
+        let skb = on_cpu(0, || pool.alloc().unwrap());
+        let st = pool.per_cpu_stats();
+        assert!(!st.cpus[0].has_deferred, "{mode:?}: {st:?}");
+        assert_eq!(st.cpus[0].cached, cached0 - 1 + 12, "{mode:?}: {st:?}");
+        drop(skb);
+        assert_eq!(pool.stats().free, 256);
+    }
+}
+
+#[test]
+fn an_allocator_drains_the_defer_list_of_a_cpu_nobody_allocates_on() {
+    for mode in modes() {
+        // 8 frames, 2 CPUs: per-CPU caches of at most 8 / 4 = 2 frames.
+        let pool = pool(mode, 8);
+        let skbs: Vec<Skb> = on_cpu(1, || (0..8).map(|_| pool.alloc().unwrap()).collect());
+        assert!(skbs.iter().all(|s| s.home_cpu() == Some(1)), "{mode:?}");
+        // All freed on CPU 0, so all deferred to CPU 1, where nobody allocates any more.
+        let again = on_cpu(0, move || {
+            drop(skbs);
+            // Cache and depot are empty; each frame must come from CPU 1's defer list.
+            (0..8)
+                .map(|_| pool.alloc())
+                .collect::<Result<Vec<_>, _>>()
+                .map(|v| (v, pool))
+        });
+        let (again, pool) = again.unwrap_or_else(|e| panic!("{mode:?}: stranded: {e}"));
+        assert_eq!(pool.stats().in_use, 8);
+        let mut idx: Vec<u32> = again.iter().map(Skb::frame_index).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        assert_eq!(idx.len(), 8, "{mode:?}: a frame handed out twice");
+        drop(again);
+        assert_eq!(pool.stats().free, 8);
+    }
+}
+
+#[test]
+fn a_cpu_past_the_table_takes_the_shared_path() {
+    for mode in modes() {
+        let pool = Pool::builder()
+            .frame_count(64)
+            .cpus(1)
+            .per_cpu(mode)
+            .build()
+            .unwrap();
+        let skbs = on_cpu(1, || {
+            (0..5).map(|_| pool.alloc().unwrap()).collect::<Vec<_>>()
+        });
+        assert!(skbs.iter().all(|s| s.home_cpu().is_none()), "{mode:?}");
+        assert_eq!(pool.per_cpu_stats().cpus.len(), 1);
+        on_cpu(1, || drop(skbs));
+        let st = pool.per_cpu_stats();
+        assert_eq!(st.shared_path, 10, "{mode:?}: 5 allocs + 5 frees: {st:?}");
+        assert_eq!(pool.stats().free, 64);
+        // They went to the overflow list, whence the next allocator takes them.
+        let all: Vec<_> = on_cpu(0, || (0..64).map(|_| pool.alloc().unwrap()).collect());
+        assert_eq!(all.len(), 64);
+    }
+}
+
+#[test]
+fn exhaustion_is_a_typed_error_and_frames_outlive_the_pool_value() {
+    for mode in modes() {
+        let pool = pool(mode, 16);
+        let mut held = Vec::new();
+        assert_eq!(pool.alloc_bulk(20, &mut held), 16);
+        assert_eq!(pool.alloc().unwrap_err(), PoolError::Exhausted);
+        assert_eq!(
+            pool.alloc_wait(std::time::Duration::from_millis(2))
+                .unwrap_err(),
+            PoolError::Exhausted
+        );
+        let mut skb = held.pop().unwrap();
+        drop(pool); // the frames keep the pool (and the region) alive
+        skb.put_slice(b"still here").unwrap();
+        assert_eq!(skb.data(), b"still here");
+        let other = std::thread::spawn(move || drop(held));
+        other.join().unwrap();
+        drop(skb); // the last reference: frees the pool (ASan/LSan check this)
+    }
+}
+
+#[test]
+fn per_cpu_frames_round_trip_through_the_kernel_address_path() {
+    let pool = Pool::builder().frame_count(16).build().unwrap();
+    let mut skb = pool.alloc().unwrap();
+    skb.put_slice(&[7; 60]).unwrap();
+    let home = skb.home_cpu();
+    let addr = skb.into_addr();
+    assert_eq!(pool.stats().in_flight, 1);
+    let back = pool.skb_from_addr(addr).unwrap();
+    assert_eq!((back.len(), back.home_cpu()), (60, home));
+    drop(back);
+    assert_eq!(pool.stats().free, 16);
+}
+
+#[test]
+fn handle_and_per_cpu_frames_mix_on_one_pool() {
+    // Depot batches of 8, so the handle's first refill does not take every frame.
+    let pool = Pool::builder()
+        .frame_count(64)
+        .cache_max(16)
+        .build()
+        .unwrap();
+    let mut h = pool.handle().unwrap();
+    let a = h.alloc().unwrap();
+    let b = pool.alloc().unwrap();
+    assert!(a.home_cpu().is_none() && b.home_cpu().is_some());
+    h.free_bulk([a, b]);
+    drop(h);
+    assert_eq!(pool.stats().free, 64);
+}
+
+#[test]
+fn a_handle_reaches_per_cpu_frames_sent_home_to_an_idle_cpu() {
+    for mode in modes() {
+        let pool = pool(mode, 8);
+        let skbs: Vec<Skb> = on_cpu(1, || (0..8).map(|_| pool.alloc().unwrap()).collect());
+        let got = on_cpu(0, || {
+            drop(skbs); // all to CPU 1's defer list
+            let mut h = pool.handle().unwrap();
+            let got: Vec<Skb> = (0..8).map_while(|_| h.alloc().ok()).collect();
+            let n = got.len();
+            drop(got);
+            drop(h);
+            n
+        });
+        assert_eq!(
+            got, 8,
+            "{mode:?}: a handle could not reach CPU 1's defer list"
+        );
+        assert_eq!(pool.stats().free, 8);
+    }
+}
+
+#[test]
+fn remote_frees_are_batched_per_freeing_cpu_and_partial_batches_are_reachable() {
+    for mode in modes() {
+        // defer_max 16: remote batches of 16 / 4 = 4.
+        let pool = pool(mode, 64);
+        assert_eq!(pool.remote_batch(), 4);
+        let skbs: Vec<Skb> = on_cpu(0, || (0..6).map(|_| pool.alloc().unwrap()).collect());
+        on_cpu(1, || drop(skbs));
+        let st = pool.per_cpu_stats();
+        // One batch of 4 went home with one add_batch; 2 wait in CPU 1's outgoing batch.
+        assert_eq!(
+            (st.cpus[0].deferred, st.cpus[1].outgoing),
+            (4, 2),
+            "{mode:?}: {st:?}"
+        );
+        // Everything is reachable from CPU 0, the 2 waiting frames included.
+        let all: Vec<Skb> = on_cpu(0, || std::iter::from_fn(|| pool.alloc().ok()).collect());
+        assert_eq!(all.len(), 64, "{mode:?}");
+        assert_eq!(pool.per_cpu_stats().cpus[1].outgoing, 0);
+    }
+}
