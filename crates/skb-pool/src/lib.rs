@@ -9,7 +9,9 @@
 //!   home CPU's defer list, and an allocator that finds its cache and the depot dry drains
 //!   other CPUs' lists, so idle threads strand nothing. On x86_64 Linux the fast path is a
 //!   restartable sequence ([`PerCpu::Rseq`]); elsewhere a per-CPU try-lock
-//!   ([`PerCpu::Locked`]). Remote frees are pushed one by one (no per-thread batch to flush).
+//!   ([`PerCpu::Locked`]). Remote frees are gathered per freeing CPU, up to `remote_batch`
+//!   frames for one home, and an allocator that finds everything else dry takes a partial
+//!   batch that no free will complete, so no thread has anything to flush.
 //! - [`PoolHandle`] (per-owner caches): one handle per pinned thread (DPDK-style lcores),
 //!   no rseq, remote frees batched per owner; but every allocating thread must hold one
 //!   (at most `max_owners`), and frames cached by an idle owner are out of reach of the others.
