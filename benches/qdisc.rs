@@ -15,6 +15,13 @@
 //! dequeued packet's length, as a driver does, and compare what a sender pays in each case. Both
 //! pairs are reported; neither replaces the other.
 //!
+//! `pfifo_batch32` is pfifo moved in batches of 32 through a chain (`Qdisc::dequeue_batch`
+//! into a `Fifo`, then `Qdisc::enqueue_batch` of that `Fifo`), the shape of the engine's
+//! batched runner: a drained chain in, a chain out to the driver. `pfifo_loop32` is the same
+//! work one packet at a time (each dequeued packet pushed onto the chain, each chained packet
+//! popped and enqueued), the engine's per-packet runner; their ratio is the batching speed-up.
+//! `pfifo` (no chain at all) stays as the floor.
+//!
 //! Run: `cargo bench --bench qdisc`; on a loaded machine, `QDISC_BENCH_ROUNDS=15 cargo bench
 //! --bench qdisc` interleaves the variants instead (see [`interleaved`]).
 
@@ -24,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use llist_defer::Fifo;
 use lockless_xmit::harness::median;
 use qdisc::{
     FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, Packet, Pfifo, PfifoFastBuilder,
@@ -31,6 +39,10 @@ use qdisc::{
 };
 
 const FLOWS: [usize; 4] = [1, 100, 10_000, 100_000];
+
+/// Packets per batch in the batched variants (the engine's drain hands over a chain of about
+/// this many under load; the kernel's `dev_tx_weight` is 64).
+const BATCH: usize = 32;
 
 fn packets(flows: usize) -> Vec<TestPacket> {
     let n = flows.max(64);
@@ -98,6 +110,22 @@ fn run_pfifo_len(
     assert!(to_free.is_empty(), "pfifo_len: nothing dropped");
 }
 
+/// `batch` packets at a time: dequeue a batch, enqueue it again. Returns the time for about
+/// `n` packets.
+fn batched_steps<Q: Qdisc<TestPacket>>(
+    q: &mut Q,
+    to_free: &mut ToFree<TestPacket>,
+    n: u64,
+) -> Duration {
+    let mut chain = Fifo::new();
+    let start = Instant::now();
+    for _ in 0..n.div_ceil(BATCH as u64) {
+        black_box(q.dequeue_batch(&mut chain, BATCH));
+        black_box(q.enqueue_batch(&mut chain, to_free));
+    }
+    start.elapsed()
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("qdisc");
     g.throughput(Throughput::Elements(1));
@@ -132,6 +160,26 @@ fn bench(c: &mut Criterion) {
         run_qdisc(&mut g, "pfifo", flows, pfifo);
         let pfifo = FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
         run_pfifo_len(&mut g, flows, pfifo);
+        let mut pfifo: Pfifo<TestPacket> =
+            FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
+        let mut to_free = ToFree::new();
+        for p in packets(flows) {
+            pfifo.enqueue(p, &mut to_free);
+        }
+        g.bench_function(BenchmarkId::new("pfifo_batch32", flows), |b| {
+            // Per packet: `iters` packets in batches of 32.
+            b.iter_custom(|iters| batched_steps(&mut pfifo, &mut to_free, iters))
+        });
+        assert!(to_free.is_empty(), "pfifo_batch32: nothing dropped");
+        let mut pfifo: Pfifo<TestPacket> =
+            FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
+        for p in packets(flows) {
+            pfifo.enqueue(p, &mut to_free);
+        }
+        g.bench_function(BenchmarkId::new("pfifo_loop32", flows), |b| {
+            b.iter_custom(|iters| looped_steps(&mut pfifo, &mut to_free, iters))
+        });
+        assert!(to_free.is_empty(), "pfifo_loop32: nothing dropped");
         let fast = PfifoFastBuilder::new()
             .tx_queue_len(1 << 20)
             .build()
@@ -170,6 +218,44 @@ fn step_qdisc<Q: Qdisc<TestPacket> + 'static>(flows: usize, mut q: Q, read_len: 
             black_box(q.enqueue(p, &mut to_free));
         }
         let t = start.elapsed();
+        assert!(to_free.is_empty(), "nothing dropped in steady state");
+        t
+    })
+}
+
+/// [`batched_steps`] one packet at a time: the engine's per-packet runner on the same chain.
+fn looped_steps<Q: Qdisc<TestPacket>>(
+    q: &mut Q,
+    to_free: &mut ToFree<TestPacket>,
+    n: u64,
+) -> Duration {
+    let mut chain = Fifo::new();
+    let start = Instant::now();
+    for _ in 0..n.div_ceil(BATCH as u64) {
+        for _ in 0..BATCH {
+            let Some(p) = q.dequeue() else { break };
+            chain.push_back(p);
+        }
+        while let Some(p) = chain.pop_front() {
+            black_box(q.enqueue(p, to_free));
+        }
+    }
+    start.elapsed()
+}
+
+/// A prefilled qdisc moved in batches of [`BATCH`] as a [`Step`], batched or one by one.
+fn step_batched<Q: Qdisc<TestPacket> + 'static>(flows: usize, mut q: Q, batched: bool) -> Step {
+    let mut to_free = ToFree::new();
+    for p in packets(flows) {
+        q.enqueue(p, &mut to_free);
+    }
+    assert!(to_free.is_empty(), "the prefill must fit");
+    Box::new(move |n| {
+        let t = if batched {
+            batched_steps(&mut q, &mut to_free, n)
+        } else {
+            looped_steps(&mut q, &mut to_free, n)
+        };
         assert!(to_free.is_empty(), "nothing dropped in steady state");
         t
     })
@@ -222,7 +308,9 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
 /// one flow count runs a short slice in turn, N rounds, so that load from other processes on a
 /// shared machine falls on all of them alike. Prints each variant's median and minimum ns per
 /// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque,
-/// pfifo_len/vecdeque_len and fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the
+/// pfifo_len/vecdeque_len, pfifo_loop32/pfifo_batch32 (the batching speed-up),
+/// pfifo/pfifo_batch32 and
+/// fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the
 /// FIFO pair, `QDISC_BENCH_ONLY=fq` just `vecdeque` and `fq_manual_clock` (for the flow curve),
 /// and `QDISC_BENCH_FLOWS=1,100` just those flow counts.
 fn interleaved(rounds: usize) {
@@ -241,6 +329,8 @@ fn interleaved(rounds: usize) {
             variants.push(("vecdeque_len", step_vecdeque(flows, true)));
             variants.push(("pfifo", step_qdisc(flows, pfifo(), false)));
             variants.push(("pfifo_len", step_qdisc(flows, pfifo(), true)));
+            variants.push(("pfifo_loop32", step_batched(flows, pfifo(), false)));
+            variants.push(("pfifo_batch32", step_batched(flows, pfifo(), true)));
             if only != "fifo" {
                 variants.extend(others(flows));
             }
@@ -264,6 +354,8 @@ fn interleaved(rounds: usize) {
         for (a, b) in [
             ("pfifo", "vecdeque"),
             ("pfifo_len", "vecdeque_len"),
+            ("pfifo_loop32", "pfifo_batch32"),
+            ("pfifo", "pfifo_batch32"),
             ("fq_manual_clock", "vecdeque"),
         ] {
             let (Some(a), Some(b)) = (index(a), index(b)) else {
