@@ -286,6 +286,26 @@ fn fq_manual() -> qdisc::Fq<TestPacket> {
         .expect("valid")
 }
 
+/// fq on the manual clock moved in batches of [`BATCH`]: `fq_loop32` one packet at a time (the
+/// per-packet runner), `fq_batch32` through `dequeue_batch` + `enqueue_batch` with the default
+/// prefetch distances, and, for each `K` of `QDISC_BENCH_FQ_K=K1,K2,..`, `fq_batch32_kK` with
+/// the enqueue pipeline at distance `K` (the flow line prefetched at `K/2`) and the dequeue's
+/// look-ahead at `K` flows (0: no prefetch), to pick the distances by measurement.
+fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
+    let mut v: Vec<(&'static str, Step)> = vec![
+        ("fq_loop32", step_batched(flows, fq_manual(), false)),
+        ("fq_batch32", step_batched(flows, fq_manual(), true)),
+    ];
+    let ks = std::env::var("QDISC_BENCH_FQ_K").unwrap_or_default();
+    for k in ks.split(',').filter_map(|k| k.trim().parse::<usize>().ok()) {
+        let mut q = fq_manual();
+        q.set_prefetch_distances(k, k);
+        let name: &'static str = Box::leak(format!("fq_batch32_k{k}").into_boxed_str());
+        v.push((name, step_batched(flows, q, true)));
+    }
+    v
+}
+
 /// The variants beyond the FIFO pair: pfifo_fast, fq on the real clock, fq on a manual clock.
 fn others(flows: usize) -> Vec<(&'static str, Step)> {
     let mut v: Vec<(&'static str, Step)> = Vec::new();
@@ -301,6 +321,7 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
         .expect("valid");
     v.push(("fq", step_qdisc(flows, fq, false)));
     v.push(("fq_manual_clock", step_qdisc(flows, fq_manual(), false)));
+    v.extend(fq_batch_variants(flows));
     v
 }
 
@@ -311,8 +332,10 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
 /// pfifo_len/vecdeque_len, pfifo_loop32/pfifo_batch32 (the batching speed-up),
 /// pfifo/pfifo_batch32 and
 /// fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the
-/// FIFO pair, `QDISC_BENCH_ONLY=fq` just `vecdeque` and `fq_manual_clock` (for the flow curve),
-/// and `QDISC_BENCH_FLOWS=1,100` just those flow counts.
+/// FIFO pair, `QDISC_BENCH_ONLY=fq` just `vecdeque`, `fq_manual_clock` and the batched fq
+/// variants of [`fq_batch_variants`] (for the flow curve, printed as each fq variant's median
+/// over its own at the first flow count, and the in-round ratio fq_loop32/fq_batch32), and
+/// `QDISC_BENCH_FLOWS=1,100` just those flow counts.
 fn interleaved(rounds: usize) {
     let only = std::env::var("QDISC_BENCH_ONLY").unwrap_or_default();
     let flow_counts: Vec<usize> = std::env::var("QDISC_BENCH_FLOWS")
@@ -320,11 +343,14 @@ fn interleaved(rounds: usize) {
         .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
         .unwrap_or_else(|| FLOWS.to_vec());
     println!("flows variant median_ns min_ns");
+    let first_flows = flow_counts.first().copied().unwrap_or(0);
+    let mut fq_base: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
     for flows in flow_counts {
         let mut variants: Vec<(&str, Step)> = vec![("vecdeque", step_vecdeque(flows, false))];
         let pfifo = || FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
         if only == "fq" {
             variants.push(("fq_manual_clock", step_qdisc(flows, fq_manual(), false)));
+            variants.extend(fq_batch_variants(flows));
         } else {
             variants.push(("vecdeque_len", step_vecdeque(flows, true)));
             variants.push(("pfifo", step_qdisc(flows, pfifo(), false)));
@@ -351,12 +377,22 @@ fn interleaved(rounds: usize) {
             println!("{flows} {name} {:.2} {min:.2}", median(&ns[i]));
         }
         let index = |name: &str| variants.iter().position(|(n, _)| *n == name);
+        // The flow curve: each fq variant's median against its own at the run's first flow count.
+        for (i, (name, _)) in variants.iter().enumerate() {
+            if !name.starts_with("fq") {
+                continue;
+            }
+            let m = median(&ns[i]);
+            let base = *fq_base.entry(*name).or_insert(m);
+            println!("{flows} curve:{name}/{name}@{first_flows} {:.2}", m / base);
+        }
         for (a, b) in [
             ("pfifo", "vecdeque"),
             ("pfifo_len", "vecdeque_len"),
             ("pfifo_loop32", "pfifo_batch32"),
             ("pfifo", "pfifo_batch32"),
             ("fq_manual_clock", "vecdeque"),
+            ("fq_loop32", "fq_batch32"),
         ] {
             let (Some(a), Some(b)) = (index(a), index(b)) else {
                 continue;

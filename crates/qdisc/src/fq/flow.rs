@@ -10,7 +10,7 @@
 //!
 //! A flow is split in two for the cache. [`Flow`] holds what every enqueue and dequeue of an
 //! ordinary flow reads and writes, in one 64-byte line: the packet list, the head packet's
-//! metadata, credit, length, round-robin link, band, state, pacing time and idle time.
+//! metadata, credit, length, band, state, pacing time and idle time.
 //! [`FlowCold`], in a parallel array, holds what only deep flows, out-of-order stamps,
 //! throttling and garbage collection need. With 100 000 flows served round robin every flow is
 //! cold when its turn comes, so each line a dequeue touches is a miss.
@@ -75,8 +75,6 @@ pub(super) struct Flow<P: Packet> {
     /// DRR credit in bytes (the kernel's `int credit`, wrapping as it does).
     pub(super) credit: i32,
     pub(super) qlen: u32,
-    /// Next flow on the round-robin list this flow is on.
-    pub(super) next: u32,
     pub(super) band: u8,
     pub(super) state: FlowState,
     /// The band of the linear list's head packet.
@@ -110,7 +108,6 @@ impl<P: Packet> Flow<P> {
             age: 0,
             credit: 0,
             qlen: 0,
-            next: NIL,
             band: 0,
             state: FlowState::Detached,
             head_band: 0,
@@ -136,7 +133,6 @@ impl<P: Packet> Flow<P> {
         self.credit = 0;
         self.qlen = 0;
         self.band = 0;
-        self.next = NIL;
         self.state = FlowState::Detached;
         self.age = age;
         self.time_next_packet = 0;
@@ -169,6 +165,12 @@ impl<P: Packet> Flow<P> {
             cold.t_root.insert((cb.time_to_send, cold.t_seq), (pkt, cb));
             self.flags |= HAS_TREE;
         }
+    }
+
+    /// Starts loading the linear list's head packet (a hint).
+    #[inline]
+    pub(super) fn prefetch_head(&self) {
+        self.head.prefetch_front();
     }
 
     #[inline]

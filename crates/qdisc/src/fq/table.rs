@@ -193,6 +193,31 @@ impl<P: Packet> FlowTable<P> {
         }
     }
 
+    /// Starts loading the index line where a lookup of `key` begins (a hint).
+    #[inline]
+    pub(super) fn prefetch_index(&self, key: u128) {
+        let (id, kind) = split(key);
+        if let Some(e) = self.index.get(home(id, kind, self.bits)) {
+            llist_defer::hint::prefetch(e);
+        }
+    }
+
+    /// Looks `key` up and starts loading its flow's hot line, if it exists (a hint).
+    #[inline]
+    pub(super) fn prefetch_flow_of(&self, key: u128) {
+        if let Some(hit) = self.find(key) {
+            self.prefetch(hit.slot);
+        }
+    }
+
+    /// Starts loading the head packet of flow `idx` (a hint; reads the flow's hot line).
+    #[inline]
+    pub(super) fn prefetch_head_packet(&self, idx: u32) {
+        if let Some(f) = self.slots.get(idx as usize) {
+            f.prefetch_head();
+        }
+    }
+
     #[inline]
     fn mask(&self) -> usize {
         self.index.len() - 1
