@@ -290,16 +290,22 @@ fn fq_manual() -> qdisc::Fq<TestPacket> {
 /// per-packet runner), `fq_batch32` through `dequeue_batch` + `enqueue_batch` with the default
 /// prefetch distances, and, for each `K` of `QDISC_BENCH_FQ_K=K1,K2,..`, `fq_batch32_kK` with
 /// the enqueue pipeline at distance `K` (the flow line prefetched at `K/2`) and the dequeue's
-/// look-ahead at `K` flows (0: no prefetch), to pick the distances by measurement.
+/// look-ahead at `K` flows (0: no prefetch), or for `E/D` enqueue distance `E` and dequeue
+/// look-ahead `D`, to pick the distances by measurement.
 fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
     let mut v: Vec<(&'static str, Step)> = vec![
         ("fq_loop32", step_batched(flows, fq_manual(), false)),
         ("fq_batch32", step_batched(flows, fq_manual(), true)),
     ];
     let ks = std::env::var("QDISC_BENCH_FQ_K").unwrap_or_default();
-    for k in ks.split(',').filter_map(|k| k.trim().parse::<usize>().ok()) {
+    for k in ks.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+        // `K` (both distances) or `E/D` (enqueue distance E, dequeue look-ahead D).
+        let (e, d) = k.split_once('/').unwrap_or((k, k));
+        let (Ok(e), Ok(d)) = (e.parse::<usize>(), d.parse::<usize>()) else {
+            panic!("QDISC_BENCH_FQ_K: {k:?} is not K or E/D");
+        };
         let mut q = fq_manual();
-        q.set_prefetch_distances(k, k);
+        q.set_prefetch_distances(e, d);
         let name: &'static str = Box::leak(format!("fq_batch32_k{k}").into_boxed_str());
         v.push((name, step_batched(flows, q, true)));
     }

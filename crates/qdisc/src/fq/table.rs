@@ -202,19 +202,28 @@ impl<P: Packet> FlowTable<P> {
         }
     }
 
-    /// Looks `key` up and starts loading its flow's hot line, if it exists (a hint).
+    /// Starts loading the hot line of `key`'s flow if the index entry where its lookup begins
+    /// holds it (a hint: the common case at most half full; a flow further along the probe run
+    /// is not looked for).
     #[inline]
     pub(super) fn prefetch_flow_of(&self, key: u128) {
-        if let Some(hit) = self.find(key) {
-            self.prefetch(hit.slot);
+        let (id, kind) = split(key);
+        if let Some(e) = self.index.get(home(id, kind, self.bits)) {
+            if e.id == id && e.tag != EMPTY && e.tag & HASHED == kind {
+                self.prefetch(e.slot());
+            }
         }
     }
 
-    /// Starts loading the head packet of flow `idx` (a hint; reads the flow's hot line).
+    /// Starts loading the head packet of flow `idx` (a hint; reads the flow's hot line) and
+    /// its cold part's first line (written when the dequeue detaches the flow).
     #[inline]
     pub(super) fn prefetch_head_packet(&self, idx: u32) {
         if let Some(f) = self.slots.get(idx as usize) {
             f.prefetch_head();
+        }
+        if let Some(c) = self.cold.get(idx as usize) {
+            llist_defer::hint::prefetch(&c.detach_id);
         }
     }
 
