@@ -4,8 +4,10 @@
 //! (sockets, reused socket identities, unconnected and orphan hashes) in 2–16 buckets (so a
 //! bucket holds more than the 8 flows one GC may free), random priorities, lengths, EDT stamps
 //! (some beyond the horizon), pacing rates and caps, TCP or not, limits and flow limits that
-//! drop, a flow-count cap, random prefetch distances (0, 1, the defaults, the largest), with
-//! dequeues and time steps between batches (sub-ms, past `refill_delay`, past the 3 s GC age).
+//! drop, a flow-count cap, random prefetch distances (0, 1, the defaults, the largest; set
+//! explicitly, so the pipelines run at these few flows, where by default they would not), with
+//! dequeues, peeks and time steps between batches (sub-ms, past `refill_delay`, past the 3 s GC
+//! age).
 //!
 //! After every step the two must agree on: the batch's verdict counts and last verdict, the
 //! to-free list (ids in order, and counts per reason), the basic stats, every `FqStats` field
@@ -46,6 +48,8 @@ enum Op {
     Batch(Vec<Spec>),
     Deq(usize),
     Advance(u64),
+    /// `peek` on both (a peeked packet waits in the stash, which `dequeue_batch` serves first).
+    Peek,
 }
 
 fn rate() -> impl Strategy<Value = Option<u64>> {
@@ -92,6 +96,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
             2_998 * MS..3_010 * MS,
         ]
         .prop_map(Op::Advance),
+        1 => Just(Op::Peek),
     ];
     prop::collection::vec(op, 1..30)
 }
@@ -251,6 +256,11 @@ fn check(o: &Opts, ops: &[Op]) -> Result<(), TestCaseError> {
                 ca.advance(*ns);
                 cb.advance(*ns);
             }
+            Op::Peek => {
+                let a = batched.peek().map(|p| p.id());
+                let b = single.peek().map(|p| p.id());
+                prop_assert_eq!(a, b);
+            }
         }
         prop_assert_eq!(batched.stats(), single.stats());
         prop_assert_eq!(batched.fq_stats(), single.fq_stats());
@@ -279,7 +289,7 @@ fn check(o: &Opts, ops: &[Op]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
 
     #[test]
     fn fq_batch_is_per_packet(o in opts(), ops in ops()) {
@@ -377,6 +387,9 @@ fn gc_fast_path_and_limits_inside_one_batch_match_per_packet() {
                 q.dequeue_batch(&mut Fifo::new(), *k);
             }
             Op::Advance(ns) => c.advance(*ns),
+            Op::Peek => {
+                q.peek();
+            }
         }
     }
     let s = q.fq_stats();

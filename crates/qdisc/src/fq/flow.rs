@@ -80,6 +80,10 @@ pub(super) struct Flow<P: Packet> {
     /// The band of the linear list's head packet.
     head_band: u8,
     flags: u8,
+    /// Bumped at each detachment of the flow in this slot and when the slot is freed, so a GC
+    /// entry of an earlier detachment is recognised as stale (see `FlowTable::push_age` for why
+    /// 32 bits cannot wrap onto a live entry). Kept across slot reuse.
+    pub(super) detach_gen: u32,
 }
 
 /// The cold part of a flow, touched off the common path.
@@ -90,8 +94,6 @@ pub(super) struct FlowCold<P: Packet> {
     t_seq: u64,
     /// The flow key: a socket id `<< 1`, or `(masked hash << 1) | 1` (the odd-key trick).
     pub(super) key: u128,
-    /// Identifies the current detachment, so a stale GC entry is recognised.
-    pub(super) detach_id: u64,
     /// This flow's key in the delayed set while throttled.
     pub(super) delayed_key: (u64, u64),
     /// Neighbours on its bucket's GC candidate list while on it.
@@ -112,6 +114,7 @@ impl<P: Packet> Flow<P> {
             state: FlowState::Detached,
             head_band: 0,
             flags: 0,
+            detach_gen: 0,
         }
     }
 
@@ -292,7 +295,6 @@ impl<P: Packet> FlowCold<P> {
             t_root: BTreeMap::new(),
             t_seq: 0,
             key: 0,
-            detach_id: 0,
             delayed_key: (0, 0),
             gc_prev: NIL,
             gc_next: NIL,
@@ -300,10 +302,9 @@ impl<P: Packet> FlowCold<P> {
     }
 
     /// Re-initialises a recycled slot's cold part, keeping the ring's capacity.
-    pub(super) fn reinit(&mut self, key: u128, detach_id: u64) {
+    pub(super) fn reinit(&mut self, key: u128) {
         debug_assert!(self.cbs.is_empty() && self.t_root.is_empty());
         self.key = key;
-        self.detach_id = detach_id;
         self.delayed_key = (0, 0);
     }
 }
