@@ -663,6 +663,32 @@ mod tests {
         assert_eq!(live, want);
     }
 
+    /// A slot freed (here by a resize, which leaves the flow's age-queue entry behind) and
+    /// reused by a new flow is not collected when that old entry comes due: the free bumped the
+    /// slot's detachment generation. The new flow's own detachment is collected as usual.
+    #[test]
+    fn a_reused_slot_is_not_collected_on_its_predecessors_entry() {
+        let mut t: FlowTable<TestPacket> = FlowTable::new(1);
+        let a = t.insert(2, 0, 1).unwrap();
+        t.set_detached(a, 10);
+        assert_eq!(t.resize(1, 5000, 3000), 1);
+        assert_eq!(t.age_queue_len(), 1, "the old entry is still queued");
+        let b = t.insert(4, 0, 5001).unwrap();
+        assert_eq!(b, a, "the slot is reused");
+        // A key looked up in the new flow's bucket.
+        let mate = (8u128..)
+            .step_by(2)
+            .find(|&k| t.bucket(k) == t.bucket(4))
+            .unwrap();
+        // Jiffy 6000 is past the old entry's age 11 + 3000 and before the new flow ages.
+        assert_eq!(t.gc(6000, 3000, mate), 0);
+        assert_eq!(t.lookup(4), Some(b));
+        t.check_gc().unwrap();
+        t.set_detached(b, 6000);
+        assert_eq!(t.gc(9002, 3000, mate), 1);
+        assert_eq!(t.lookup(4), None);
+    }
+
     /// GC in one bucket: candidates become so only after 3·HZ jiffies past their odd age, leave
     /// oldest detachment first, at most 8, never the looked-up key, and never from another
     /// bucket; a rebuild for a new bucket count frees every candidate.
