@@ -15,6 +15,13 @@
 //! dequeued packet's length, as a driver does, and compare what a sender pays in each case. Both
 //! pairs are reported; neither replaces the other.
 //!
+//! `pfifo_batch32` is pfifo moved in batches of 32 through a chain (`Qdisc::dequeue_batch`
+//! into a `Fifo`, then `Qdisc::enqueue_batch` of that `Fifo`), the shape of the engine's
+//! batched runner: a drained chain in, a chain out to the driver. `pfifo_loop32` is the same
+//! work one packet at a time (each dequeued packet pushed onto the chain, each chained packet
+//! popped and enqueued), the engine's per-packet runner; their ratio is the batching speed-up.
+//! `pfifo` (no chain at all) stays as the floor.
+//!
 //! Run: `cargo bench --bench qdisc`; on a loaded machine, `QDISC_BENCH_ROUNDS=15 cargo bench
 //! --bench qdisc` interleaves the variants instead (see [`interleaved`]).
 
@@ -24,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use llist_defer::Fifo;
 use lockless_xmit::harness::median;
 use qdisc::{
     FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, Packet, Pfifo, PfifoFastBuilder,
@@ -31,6 +39,10 @@ use qdisc::{
 };
 
 const FLOWS: [usize; 4] = [1, 100, 10_000, 100_000];
+
+/// Packets per batch in the batched variants (the engine's drain hands over a chain of about
+/// this many under load; the kernel's `dev_tx_weight` is 64).
+const BATCH: usize = 32;
 
 fn packets(flows: usize) -> Vec<TestPacket> {
     let n = flows.max(64);
@@ -98,6 +110,22 @@ fn run_pfifo_len(
     assert!(to_free.is_empty(), "pfifo_len: nothing dropped");
 }
 
+/// `batch` packets at a time: dequeue a batch, enqueue it again. Returns the time for about
+/// `n` packets.
+fn batched_steps<Q: Qdisc<TestPacket>>(
+    q: &mut Q,
+    to_free: &mut ToFree<TestPacket>,
+    n: u64,
+) -> Duration {
+    let mut chain = Fifo::new();
+    let start = Instant::now();
+    for _ in 0..n.div_ceil(BATCH as u64) {
+        black_box(q.dequeue_batch(&mut chain, BATCH));
+        black_box(q.enqueue_batch(&mut chain, to_free));
+    }
+    start.elapsed()
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("qdisc");
     g.throughput(Throughput::Elements(1));
@@ -132,6 +160,26 @@ fn bench(c: &mut Criterion) {
         run_qdisc(&mut g, "pfifo", flows, pfifo);
         let pfifo = FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
         run_pfifo_len(&mut g, flows, pfifo);
+        let mut pfifo: Pfifo<TestPacket> =
+            FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
+        let mut to_free = ToFree::new();
+        for p in packets(flows) {
+            pfifo.enqueue(p, &mut to_free);
+        }
+        g.bench_function(BenchmarkId::new("pfifo_batch32", flows), |b| {
+            // Per packet: `iters` packets in batches of 32.
+            b.iter_custom(|iters| batched_steps(&mut pfifo, &mut to_free, iters))
+        });
+        assert!(to_free.is_empty(), "pfifo_batch32: nothing dropped");
+        let mut pfifo: Pfifo<TestPacket> =
+            FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
+        for p in packets(flows) {
+            pfifo.enqueue(p, &mut to_free);
+        }
+        g.bench_function(BenchmarkId::new("pfifo_loop32", flows), |b| {
+            b.iter_custom(|iters| looped_steps(&mut pfifo, &mut to_free, iters))
+        });
+        assert!(to_free.is_empty(), "pfifo_loop32: nothing dropped");
         let fast = PfifoFastBuilder::new()
             .tx_queue_len(1 << 20)
             .build()
@@ -175,6 +223,44 @@ fn step_qdisc<Q: Qdisc<TestPacket> + 'static>(flows: usize, mut q: Q, read_len: 
     })
 }
 
+/// [`batched_steps`] one packet at a time: the engine's per-packet runner on the same chain.
+fn looped_steps<Q: Qdisc<TestPacket>>(
+    q: &mut Q,
+    to_free: &mut ToFree<TestPacket>,
+    n: u64,
+) -> Duration {
+    let mut chain = Fifo::new();
+    let start = Instant::now();
+    for _ in 0..n.div_ceil(BATCH as u64) {
+        for _ in 0..BATCH {
+            let Some(p) = q.dequeue() else { break };
+            chain.push_back(p);
+        }
+        while let Some(p) = chain.pop_front() {
+            black_box(q.enqueue(p, to_free));
+        }
+    }
+    start.elapsed()
+}
+
+/// A prefilled qdisc moved in batches of [`BATCH`] as a [`Step`], batched or one by one.
+fn step_batched<Q: Qdisc<TestPacket> + 'static>(flows: usize, mut q: Q, batched: bool) -> Step {
+    let mut to_free = ToFree::new();
+    for p in packets(flows) {
+        q.enqueue(p, &mut to_free);
+    }
+    assert!(to_free.is_empty(), "the prefill must fit");
+    Box::new(move |n| {
+        let t = if batched {
+            batched_steps(&mut q, &mut to_free, n)
+        } else {
+            looped_steps(&mut q, &mut to_free, n)
+        };
+        assert!(to_free.is_empty(), "nothing dropped in steady state");
+        t
+    })
+}
+
 /// The `VecDeque` baseline as a [`Step`].
 fn step_vecdeque(flows: usize, read_len: bool) -> Step {
     let mut dq: VecDeque<TestPacket> = packets(flows).into_iter().collect();
@@ -200,6 +286,32 @@ fn fq_manual() -> qdisc::Fq<TestPacket> {
         .expect("valid")
 }
 
+/// fq on the manual clock moved in batches of [`BATCH`]: `fq_loop32` one packet at a time (the
+/// per-packet runner), `fq_batch32` through `dequeue_batch` + `enqueue_batch` with the default
+/// prefetch distances, and, for each `K` of `QDISC_BENCH_FQ_K=K1,K2,..`, `fq_batch32_kK` with
+/// the enqueue pipeline at distance `K` (the flow line prefetched at `K/2`) and the dequeue's
+/// look-ahead at `K` flows (0: no prefetch), or for `E/D` enqueue distance `E` and dequeue
+/// look-ahead `D`, to pick the distances by measurement.
+fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
+    let mut v: Vec<(&'static str, Step)> = vec![
+        ("fq_loop32", step_batched(flows, fq_manual(), false)),
+        ("fq_batch32", step_batched(flows, fq_manual(), true)),
+    ];
+    let ks = std::env::var("QDISC_BENCH_FQ_K").unwrap_or_default();
+    for k in ks.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+        // `K` (both distances) or `E/D` (enqueue distance E, dequeue look-ahead D).
+        let (e, d) = k.split_once('/').unwrap_or((k, k));
+        let (Ok(e), Ok(d)) = (e.parse::<usize>(), d.parse::<usize>()) else {
+            panic!("QDISC_BENCH_FQ_K: {k:?} is not K or E/D");
+        };
+        let mut q = fq_manual();
+        q.set_prefetch_distances(e, d);
+        let name: &'static str = Box::leak(format!("fq_batch32_k{k}").into_boxed_str());
+        v.push((name, step_batched(flows, q, true)));
+    }
+    v
+}
+
 /// The variants beyond the FIFO pair: pfifo_fast, fq on the real clock, fq on a manual clock.
 fn others(flows: usize) -> Vec<(&'static str, Step)> {
     let mut v: Vec<(&'static str, Step)> = Vec::new();
@@ -215,6 +327,7 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
         .expect("valid");
     v.push(("fq", step_qdisc(flows, fq, false)));
     v.push(("fq_manual_clock", step_qdisc(flows, fq_manual(), false)));
+    v.extend(fq_batch_variants(flows));
     v
 }
 
@@ -222,9 +335,13 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
 /// one flow count runs a short slice in turn, N rounds, so that load from other processes on a
 /// shared machine falls on all of them alike. Prints each variant's median and minimum ns per
 /// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque,
-/// pfifo_len/vecdeque_len and fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the
-/// FIFO pair, `QDISC_BENCH_ONLY=fq` just `vecdeque` and `fq_manual_clock` (for the flow curve),
-/// and `QDISC_BENCH_FLOWS=1,100` just those flow counts.
+/// pfifo_len/vecdeque_len, pfifo_loop32/pfifo_batch32 (the batching speed-up),
+/// pfifo/pfifo_batch32 and
+/// fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the
+/// FIFO pair, `QDISC_BENCH_ONLY=fq` just `vecdeque`, `fq_manual_clock` and the batched fq
+/// variants of [`fq_batch_variants`] (for the flow curve, printed as each fq variant's median
+/// over its own at the first flow count, and the in-round ratio fq_loop32/fq_batch32), and
+/// `QDISC_BENCH_FLOWS=1,100` just those flow counts.
 fn interleaved(rounds: usize) {
     let only = std::env::var("QDISC_BENCH_ONLY").unwrap_or_default();
     let flow_counts: Vec<usize> = std::env::var("QDISC_BENCH_FLOWS")
@@ -232,15 +349,20 @@ fn interleaved(rounds: usize) {
         .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
         .unwrap_or_else(|| FLOWS.to_vec());
     println!("flows variant median_ns min_ns");
+    let first_flows = flow_counts.first().copied().unwrap_or(0);
+    let mut fq_base: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
     for flows in flow_counts {
         let mut variants: Vec<(&str, Step)> = vec![("vecdeque", step_vecdeque(flows, false))];
         let pfifo = || FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
         if only == "fq" {
             variants.push(("fq_manual_clock", step_qdisc(flows, fq_manual(), false)));
+            variants.extend(fq_batch_variants(flows));
         } else {
             variants.push(("vecdeque_len", step_vecdeque(flows, true)));
             variants.push(("pfifo", step_qdisc(flows, pfifo(), false)));
             variants.push(("pfifo_len", step_qdisc(flows, pfifo(), true)));
+            variants.push(("pfifo_loop32", step_batched(flows, pfifo(), false)));
+            variants.push(("pfifo_batch32", step_batched(flows, pfifo(), true)));
             if only != "fifo" {
                 variants.extend(others(flows));
             }
@@ -261,10 +383,22 @@ fn interleaved(rounds: usize) {
             println!("{flows} {name} {:.2} {min:.2}", median(&ns[i]));
         }
         let index = |name: &str| variants.iter().position(|(n, _)| *n == name);
+        // The flow curve: each fq variant's median against its own at the run's first flow count.
+        for (i, (name, _)) in variants.iter().enumerate() {
+            if !name.starts_with("fq") {
+                continue;
+            }
+            let m = median(&ns[i]);
+            let base = *fq_base.entry(*name).or_insert(m);
+            println!("{flows} curve:{name}/{name}@{first_flows} {:.2}", m / base);
+        }
         for (a, b) in [
             ("pfifo", "vecdeque"),
             ("pfifo_len", "vecdeque_len"),
+            ("pfifo_loop32", "pfifo_batch32"),
+            ("pfifo", "pfifo_batch32"),
             ("fq_manual_clock", "vecdeque"),
+            ("fq_loop32", "fq_batch32"),
         ] {
             let (Some(a), Some(b)) = (index(a), index(b)) else {
                 continue;

@@ -26,7 +26,7 @@ mod packet;
 mod qdisc;
 
 pub use packet::{DropReason, FlowKey, Packet};
-pub use qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
+pub use qdisc::{BatchVerdict, Qdisc, QdiscStats, ToFree, Verdict};
 
 /// A heap packet for tests and benches.
 mod test_packet;

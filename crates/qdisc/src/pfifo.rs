@@ -20,11 +20,11 @@
 
 use core::fmt;
 
-use llist_defer::NodeRef;
+use llist_defer::{Fifo, NodeRef};
 
 use crate::config::ConfigError;
 use crate::packet::{DropReason, Packet};
-use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
+use crate::qdisc::{BatchVerdict, Qdisc, QdiscStats, ToFree, Verdict};
 use crate::ring::Ring;
 use crate::show::Size;
 
@@ -220,6 +220,11 @@ const INITIAL_SLOTS: u64 = 1024;
 /// before the packet's turn comes (32 dequeues of a few nanoseconds each).
 const PREFETCH_AHEAD: u64 = 32;
 
+/// [`PREFETCH_AHEAD`] for a batched dequeue, which spends less time per packet and so needs
+/// its hints further ahead to land in time: in the qdisc bench at 100 000 queued, 64 took the
+/// batched round trip from 1.12x to 1.21x the per-packet one (best of 9 rounds each).
+const PREFETCH_AHEAD_BATCH: u64 = 64;
+
 /// The queue length from which dequeue prefetches: below it the queued packets (up to a couple
 /// of MB with their metadata) still sit in the core's L2, and the hint only costs. Measured in
 /// the qdisc bench (alternating builds): with the hint from 1024 packets, pfifo/VecDeque read
@@ -315,6 +320,106 @@ impl<P: Packet> Pfifo<P> {
         Verdict::Dropped(DropReason::QdiscOverlimit)
     }
 
+    /// [`Qdisc::enqueue_batch`] for pfifo: the room is `limit - qlen` for the whole batch, the
+    /// ring is reserved once, the packets that fit go in without a check and the rest are
+    /// dropped on arrival, as `pfifo_enqueue` would drop each of them.
+    fn pfifo_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
+        let n = batch.len();
+        let room = self.limit.saturating_sub(self.queue.len() as u64);
+        let take = (n as u64).min(room) as usize;
+        self.queue.reserve(take);
+        for _ in 0..take {
+            let Some(pkt) = batch.pop_front() else { break };
+            // Counted per packet, so that a panic in `len` leaves the counters true.
+            self.bytes_in += pkt.len() as u64;
+            // SAFETY: `reserve(take)` above left room for `take` packets.
+            unsafe { self.queue.push_back_with_room(pkt) };
+        }
+        self.fast_room = fast_room(self.kind, self.limit, &self.queue);
+        let mut v = BatchVerdict::default();
+        v.record_n(Verdict::Success, take);
+        self.drop_arrivals(batch, to_free, &mut v);
+        v
+    }
+
+    /// [`Qdisc::enqueue_batch`] for bfifo: the ring is reserved once for the whole batch; each
+    /// packet still meets the byte limit by itself (a short packet after a dropped long one
+    /// may fit, as in `bfifo_enqueue`).
+    fn bfifo_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
+        self.queue.reserve(batch.len());
+        let mut v = BatchVerdict::default();
+        let mut backlog = self.backlog_bytes();
+        while let Some(pkt) = batch.pop_front() {
+            let len = pkt.len() as u64;
+            if backlog + len <= self.limit {
+                backlog += len;
+                self.bytes_in += len;
+                // SAFETY: `reserve` above left room for every packet of the batch.
+                unsafe { self.queue.push_back_with_room(pkt) };
+                v.record(Verdict::Success);
+            } else {
+                self.stats.drops += 1;
+                to_free.drop_packet(pkt, DropReason::QdiscOverlimit);
+                v.record(Verdict::Dropped(DropReason::QdiscOverlimit));
+            }
+        }
+        v
+    }
+
+    /// [`Qdisc::enqueue_batch`] for pfifo_head_drop. One by one, the first `limit - qlen`
+    /// arrivals are queued and each later one drops the queue's oldest packet: together, the
+    /// oldest `qlen + n - limit` packets of (queue, batch) are dropped, in that order, and the
+    /// rest queued. A batch packet dropped that way is never queued (queueing it and dropping
+    /// it at once leaves the same counters). Limit 0 drops every arrival.
+    fn head_drop_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
+        let mut v = BatchVerdict::default();
+        if self.limit == 0 {
+            self.drop_arrivals(batch, to_free, &mut v);
+            return v;
+        }
+        let n = batch.len() as u64;
+        let qlen = self.queue.len() as u64;
+        let room = self.limit.saturating_sub(qlen);
+        let excess = (qlen + n).saturating_sub(self.limit);
+        let congested = Verdict::Congested(DropReason::QdiscOverlimit);
+        for _ in 0..excess.min(qlen) {
+            if let Some(old) = self.remove_front() {
+                to_free.drop_packet(old, DropReason::QdiscOverlimit);
+            }
+        }
+        for _ in 0..excess.saturating_sub(qlen) {
+            if let Some(pkt) = batch.pop_front() {
+                self.stats.drops += 1;
+                to_free.drop_packet(pkt, DropReason::QdiscOverlimit);
+            }
+        }
+        self.queue.reserve(batch.len());
+        while let Some(pkt) = batch.pop_front() {
+            self.bytes_in += pkt.len() as u64;
+            // SAFETY: `reserve` above left room for the rest of the batch.
+            unsafe { self.queue.push_back_with_room(pkt) };
+        }
+        let queued = n.min(room);
+        v.record_n(Verdict::Success, queued as usize);
+        v.record_n(congested, (n - queued) as usize);
+        v
+    }
+
+    /// Drops every packet left in `batch` on arrival (tail drop).
+    fn drop_arrivals(
+        &mut self,
+        batch: &mut Fifo<P>,
+        to_free: &mut ToFree<P>,
+        v: &mut BatchVerdict,
+    ) {
+        let dropped = batch.len();
+        while let Some(pkt) = batch.pop_front() {
+            to_free.drop_packet(pkt, DropReason::QdiscOverlimit);
+        }
+        self.stats.drops += dropped as u64;
+        v.record_n(Verdict::Dropped(DropReason::QdiscOverlimit), dropped);
+    }
+
     /// Takes the oldest packet out as a drop (head drop, reset).
     fn remove_front(&mut self) -> Option<P> {
         let pkt = self.queue.pop_front()?;
@@ -348,6 +453,31 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
             return Verdict::Success;
         }
         self.enqueue_slow(pkt, to_free)
+    }
+
+    /// One room check and one ring reservation for the batch (see `pfifo_batch`,
+    /// `bfifo_batch`, `head_drop_batch`).
+    fn enqueue_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
+        match self.kind {
+            FifoKind::Pfifo => self.pfifo_batch(batch, to_free),
+            FifoKind::Bfifo => self.bfifo_batch(batch, to_free),
+            FifoKind::PfifoHeadDrop => self.head_drop_batch(batch, to_free),
+        }
+    }
+
+    /// Pops up to `max` packets with one byte-counter update and one prefetch-depth test for
+    /// the batch.
+    fn dequeue_batch(&mut self, out: &mut Fifo<P>, max: usize) -> usize {
+        let deep = self.queue.len() as u64 > PREFETCH_MIN_LEN;
+        let mut bytes = 0u64;
+        let n = self
+            .queue
+            .pop_front_batch(max, PREFETCH_AHEAD_BATCH, deep, |pkt| {
+                bytes += pkt.len() as u64;
+                out.push_back(pkt);
+            });
+        self.stats.bytes += bytes;
+        n
     }
 
     #[inline]

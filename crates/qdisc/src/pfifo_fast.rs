@@ -17,7 +17,7 @@ use llist_defer::{Fifo, NodeRef};
 use crate::config::ConfigError;
 use crate::packet::{DropReason, Packet};
 use crate::pfifo::DEFAULT_TX_QUEUE_LEN;
-use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
+use crate::qdisc::{BatchVerdict, Qdisc, QdiscStats, ToFree, Verdict};
 use crate::show::fmt_priomap;
 
 /// Number of pfifo_fast bands.
@@ -157,6 +157,52 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
         band.push_back(pkt);
         self.qlen += 1;
         Verdict::Success
+    }
+
+    /// Per band: the room of each band is read once for the batch and counted down, so a
+    /// packet costs its band lookup and one compare; a packet over its band's room is dropped
+    /// on arrival, in arrival order on `to_free`. Counters move per packet, so that a panic in
+    /// a packet's method leaves them true.
+    fn enqueue_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
+        let mut room = [0usize; PFIFO_FAST_BANDS];
+        for (r, band) in room.iter_mut().zip(&self.bands) {
+            *r = self.capacity.saturating_sub(band.len());
+        }
+        let mut v = BatchVerdict::default();
+        while let Some(pkt) = batch.pop_front() {
+            let b = Self::band_of(pkt.priority());
+            if room[b] == 0 {
+                self.stats.drops += 1;
+                to_free.drop_packet(pkt, DropReason::QdiscOverlimit);
+                v.record(Verdict::Dropped(DropReason::QdiscOverlimit));
+                continue;
+            }
+            room[b] -= 1;
+            self.stats.backlog += pkt.len() as u64;
+            self.bands[b].push_back(pkt);
+            self.qlen += 1;
+            v.record(Verdict::Success);
+        }
+        v
+    }
+
+    /// Empties the bands in priority order, one counter update for the batch.
+    fn dequeue_batch(&mut self, out: &mut Fifo<P>, max: usize) -> usize {
+        let mut n = 0;
+        let mut bytes = 0u64;
+        for band in &mut self.bands {
+            while n < max {
+                let Some(pkt) = band.pop_front() else { break };
+                bytes += pkt.len() as u64;
+                out.push_back(pkt);
+                n += 1;
+            }
+        }
+        self.qlen -= n;
+        self.stats.backlog -= bytes;
+        self.stats.bytes += bytes;
+        self.stats.packets += n as u64;
+        n
     }
 
     #[inline]

@@ -1,5 +1,5 @@
-//! The [`Qdisc`] trait, its verdicts, the list of packets to free outside the lock, and the
-//! basic statistics every discipline keeps.
+//! The [`Qdisc`] trait, its verdicts (per packet and per batch), the list of packets to free
+//! outside the lock, and the basic statistics every discipline keeps.
 
 use core::fmt;
 
@@ -16,6 +16,52 @@ pub enum Verdict {
     Dropped(DropReason),
     /// Queued, but another packet was dropped to make room (`NET_XMIT_CN`).
     Congested(DropReason),
+}
+
+/// What [`Qdisc::enqueue_batch`] did with a batch: the verdicts it would have returned for
+/// the packets one by one, counted, and the last of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchVerdict {
+    /// Packets queued with [`Verdict::Success`].
+    pub queued: usize,
+    /// Packets queued with [`Verdict::Congested`] (another packet was dropped for each).
+    pub congested: usize,
+    /// Packets dropped on arrival ([`Verdict::Dropped`]).
+    pub dropped: usize,
+    /// The verdict of the batch's last packet (`None` for an empty batch).
+    pub last: Option<Verdict>,
+}
+
+impl BatchVerdict {
+    /// Counts one packet's verdict.
+    #[inline]
+    pub fn record(&mut self, v: Verdict) {
+        match v {
+            Verdict::Success => self.queued += 1,
+            Verdict::Congested(_) => self.congested += 1,
+            Verdict::Dropped(_) => self.dropped += 1,
+        }
+        self.last = Some(v);
+    }
+
+    /// Counts `n` packets with the same verdict `v`.
+    #[inline]
+    pub fn record_n(&mut self, v: Verdict, n: usize) {
+        if n == 0 {
+            return;
+        }
+        match v {
+            Verdict::Success => self.queued += n,
+            Verdict::Congested(_) => self.congested += n,
+            Verdict::Dropped(_) => self.dropped += n,
+        }
+        self.last = Some(v);
+    }
+
+    /// Packets of the batch, all verdicts.
+    pub fn total(&self) -> usize {
+        self.queued + self.congested + self.dropped
+    }
 }
 
 /// Packets a qdisc or the engine dropped, to be freed after the root lock is released, with a
@@ -105,8 +151,36 @@ pub trait Qdisc<P: Packet>: Send {
     fn kind(&self) -> &'static str;
     /// Queues `pkt`. Drops (of `pkt` or of another packet) go to `to_free`.
     fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict;
+    /// Queues the packets of `batch` in order, with exactly the verdicts, drops (in the same
+    /// order on `to_free`), counters and later dequeue order that [`enqueue`](Qdisc::enqueue)
+    /// called on each of them in turn would give. A discipline overrides it to amortise its
+    /// checks over the batch (one room check, one ring reservation); the default is that loop.
+    ///
+    /// `batch` is empty on return. A qdisc takes each packet from the front of `batch` before
+    /// it calls anything that may panic on it (the packet's own methods included): if it
+    /// panics, the packets not yet taken are still in `batch`, and only the one in its hands
+    /// is lost. The transmit engine counts a panic's losses on that promise.
+    fn enqueue_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
+        let mut v = BatchVerdict::default();
+        while let Some(p) = batch.pop_front() {
+            v.record(self.enqueue(p, to_free));
+        }
+        v
+    }
     /// The next packet to send now, if any is eligible.
     fn dequeue(&mut self) -> Option<P>;
+    /// Moves up to `max` packets, in the order [`dequeue`](Qdisc::dequeue) would give them,
+    /// to the back of `out` (the kernel's bulk dequeue for `xmit_more`); returns how many.
+    /// The default is that loop; a discipline overrides it where it can do better.
+    fn dequeue_batch(&mut self, out: &mut Fifo<P>, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(p) = self.dequeue() else { break };
+            out.push_back(p);
+            n += 1;
+        }
+        n
+    }
     /// A view of the packet [`dequeue`](Qdisc::dequeue) would return.
     fn peek(&mut self) -> Option<NodeRef<'_, P>>;
     /// Packets queued.
@@ -152,8 +226,14 @@ impl<P: Packet, Q: Qdisc<P> + ?Sized> Qdisc<P> for Box<Q> {
     fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
         (**self).enqueue(pkt, to_free)
     }
+    fn enqueue_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
+        (**self).enqueue_batch(batch, to_free)
+    }
     fn dequeue(&mut self) -> Option<P> {
         (**self).dequeue()
+    }
+    fn dequeue_batch(&mut self, out: &mut Fifo<P>, max: usize) -> usize {
+        (**self).dequeue_batch(out, max)
     }
     fn peek(&mut self) -> Option<NodeRef<'_, P>> {
         (**self).peek()

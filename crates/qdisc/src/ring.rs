@@ -74,6 +74,15 @@ impl<P: Packet> Ring<P> {
         self.slots.len()
     }
 
+    /// Makes room for `additional` more packets without a further growth: one reservation for
+    /// a batch, so that its pushes may use [`push_back_with_room`](Self::push_back_with_room).
+    #[inline]
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        while self.slots.len() - self.len() < additional {
+            self.grow();
+        }
+    }
+
     /// Queues `pkt` at the back.
     #[inline]
     pub(crate) fn push_back(&mut self, pkt: P) {
@@ -114,6 +123,39 @@ impl<P: Packet> Ring<P> {
         // SAFETY: a slot between head and tail holds a non-null link from `into_link` that only
         // this ring owns; moving `head` past it gives ownership back exactly once.
         Some(unsafe { P::from_link(NonNull::new_unchecked(slot.link)) })
+    }
+
+    /// Takes up to `max` packets from the front, oldest first, handing each to `f`; returns
+    /// how many. With `prefetch` set (a queue deeper than the cache), each take also hints the
+    /// packet `ahead` places further back, as [`prefetch`](Self::prefetch) does one by one; the
+    /// depth test is made once for the batch.
+    #[inline]
+    pub(crate) fn pop_front_batch(
+        &mut self,
+        max: usize,
+        ahead: u64,
+        prefetch: bool,
+        mut f: impl FnMut(P),
+    ) -> usize {
+        let n = max.min(self.len());
+        let end = self.head + n as u64;
+        // Hints past the tail would read stale slots: only while `ahead` packets remain.
+        let prefetch_end = if prefetch {
+            self.tail.saturating_sub(ahead)
+        } else {
+            0
+        };
+        while self.head < end {
+            let slot = *self.slot(self.head);
+            if self.head < prefetch_end {
+                llist_defer::hint::prefetch(self.slot(self.head + ahead).link);
+            }
+            self.head += 1;
+            // SAFETY: a slot between head and tail holds a non-null link from `into_link` that
+            // only this ring owns; moving `head` past it gives ownership back exactly once.
+            f(unsafe { P::from_link(NonNull::new_unchecked(slot.link)) });
+        }
+        n
     }
 
     /// Packets ever taken from the front (dequeued or dropped from the queue).

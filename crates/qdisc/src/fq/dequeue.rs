@@ -3,7 +3,6 @@
 //! robin over each band's new and old flows, then pacing.
 
 use super::config::FQ_BANDS;
-use super::flow::NIL;
 use super::pacing::pace;
 use super::{Fq, ListSel};
 use crate::packet::Packet;
@@ -34,30 +33,37 @@ impl<P: Packet> Fq<P> {
 
     /// The list to serve in the current band, if the band has credit (`fq_pband_head_select`).
     #[inline]
-    fn head_select(&self) -> Option<ListSel> {
+    pub(super) fn head_select(&self) -> Option<ListSel> {
         let pband = &self.bands[self.band_nr];
         if pband.credit <= 0 {
             None
-        } else if pband.new_flows.first != NIL {
+        } else if !pband.new_flows.is_empty() {
             Some(ListSel::New)
-        } else if pband.old_flows.first != NIL {
+        } else if !pband.old_flows.is_empty() {
             Some(ListSel::Old)
         } else {
             None
         }
     }
 
+    /// A list of the current band.
+    #[inline]
+    pub(super) fn list(&self, sel: ListSel) -> &super::FlowList {
+        let pband = &self.bands[self.band_nr];
+        match sel {
+            ListSel::New => &pband.new_flows,
+            ListSel::Old => &pband.old_flows,
+        }
+    }
+
     /// Unlinks the first flow of a list of the current band.
     #[inline]
-    fn pop_head(&mut self, sel: ListSel) -> u32 {
+    fn pop_head(&mut self, sel: ListSel) {
         let pband = &mut self.bands[self.band_nr];
-        let head = match sel {
-            ListSel::New => &mut pband.new_flows,
-            ListSel::Old => &mut pband.old_flows,
+        match sel {
+            ListSel::New => pband.new_flows.pop_front(),
+            ListSel::Old => pband.old_flows.pop_front(),
         };
-        let idx = head.first;
-        head.first = self.table.get(idx).next;
-        idx
     }
 
     /// The next packet to send now, with all of FQ's bookkeeping except the generic stats.
@@ -103,11 +109,7 @@ impl<P: Packet> Fq<P> {
                 // Nothing eligible: the caller's watchdog fires at `next_wakeup()`.
                 return None;
             };
-            let head_first = match sel {
-                ListSel::New => self.bands[self.band_nr].new_flows.first,
-                ListSel::Old => self.bands[self.band_nr].old_flows.first,
-            };
-            let idx = head_first;
+            let &idx = self.list(sel).front()?;
             retry = 0;
             if self.table.get(idx).credit <= 0 {
                 let f = self.table.get_mut(idx);
@@ -139,7 +141,9 @@ impl<P: Packet> Fq<P> {
             }
             // The round robin goes on to this flow's successor: with many flows it has left the
             // cache since its last turn, so start loading it now.
-            self.table.prefetch(self.table.get(idx).next);
+            if let Some(&next) = self.list(sel).get(1) {
+                self.table.prefetch(next);
+            }
             let (f, cold) = self.table.both_mut(idx);
             let (mut pkt, _) = f.take(cold, src)?;
             let late = now

@@ -10,7 +10,7 @@
 //!
 //! A flow is split in two for the cache. [`Flow`] holds what every enqueue and dequeue of an
 //! ordinary flow reads and writes, in one 64-byte line: the packet list, the head packet's
-//! metadata, credit, length, round-robin link, band, state, pacing time and idle time.
+//! metadata, credit, length, band, state, pacing time and idle time.
 //! [`FlowCold`], in a parallel array, holds what only deep flows, out-of-order stamps,
 //! throttling and garbage collection need. With 100 000 flows served round robin every flow is
 //! cold when its turn comes, so each line a dequeue touches is a miss.
@@ -75,13 +75,15 @@ pub(super) struct Flow<P: Packet> {
     /// DRR credit in bytes (the kernel's `int credit`, wrapping as it does).
     pub(super) credit: i32,
     pub(super) qlen: u32,
-    /// Next flow on the round-robin list this flow is on.
-    pub(super) next: u32,
     pub(super) band: u8,
     pub(super) state: FlowState,
     /// The band of the linear list's head packet.
     head_band: u8,
     flags: u8,
+    /// Bumped at each detachment of the flow in this slot and when the slot is freed, so a GC
+    /// entry of an earlier detachment is recognised as stale (see `FlowTable::push_age` for why
+    /// 32 bits cannot wrap onto a live entry). Kept across slot reuse.
+    pub(super) detach_gen: u32,
 }
 
 /// The cold part of a flow, touched off the common path.
@@ -92,8 +94,6 @@ pub(super) struct FlowCold<P: Packet> {
     t_seq: u64,
     /// The flow key: a socket id `<< 1`, or `(masked hash << 1) | 1` (the odd-key trick).
     pub(super) key: u128,
-    /// Identifies the current detachment, so a stale GC entry is recognised.
-    pub(super) detach_id: u64,
     /// This flow's key in the delayed set while throttled.
     pub(super) delayed_key: (u64, u64),
     /// Neighbours on its bucket's GC candidate list while on it.
@@ -110,11 +110,11 @@ impl<P: Packet> Flow<P> {
             age: 0,
             credit: 0,
             qlen: 0,
-            next: NIL,
             band: 0,
             state: FlowState::Detached,
             head_band: 0,
             flags: 0,
+            detach_gen: 0,
         }
     }
 
@@ -136,7 +136,6 @@ impl<P: Packet> Flow<P> {
         self.credit = 0;
         self.qlen = 0;
         self.band = 0;
-        self.next = NIL;
         self.state = FlowState::Detached;
         self.age = age;
         self.time_next_packet = 0;
@@ -169,6 +168,12 @@ impl<P: Packet> Flow<P> {
             cold.t_root.insert((cb.time_to_send, cold.t_seq), (pkt, cb));
             self.flags |= HAS_TREE;
         }
+    }
+
+    /// Starts loading the linear list's head packet (a hint).
+    #[inline]
+    pub(super) fn prefetch_head(&self) {
+        self.head.prefetch_front();
     }
 
     #[inline]
@@ -290,7 +295,6 @@ impl<P: Packet> FlowCold<P> {
             t_root: BTreeMap::new(),
             t_seq: 0,
             key: 0,
-            detach_id: 0,
             delayed_key: (0, 0),
             gc_prev: NIL,
             gc_next: NIL,
@@ -298,10 +302,9 @@ impl<P: Packet> FlowCold<P> {
     }
 
     /// Re-initialises a recycled slot's cold part, keeping the ring's capacity.
-    pub(super) fn reinit(&mut self, key: u128, detach_id: u64) {
+    pub(super) fn reinit(&mut self, key: u128) {
         debug_assert!(self.cbs.is_empty() && self.t_root.is_empty());
         self.key = key;
-        self.detach_id = detach_id;
         self.delayed_key = (0, 0);
     }
 }

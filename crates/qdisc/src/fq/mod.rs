@@ -16,7 +16,7 @@
 //! `limit` dropped.
 //!
 //! Files: `flow` (one flow's packets), `table` (flow lookup and per-bucket GC), `enqueue` and
-//! `dequeue` (the scheduler), `pacing` (the delay formula), `jiffies` (the coarse clock of flow
+//! `dequeue` (the scheduler), `batch` (the batched paths' prefetch pipelines), `pacing` (the delay formula), `jiffies` (the coarse clock of flow
 //! ages), `stats`, `config` (builder), `change` (live reconfiguration).
 //!
 //! Integer types and wraps are the kernel's: credits are `int` and wrap (the kernel builds with
@@ -27,16 +27,18 @@
 
 use core::fmt;
 use core::time::Duration;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use llist_defer::{Fifo, NodeRef};
 
 use crate::clock::Clock;
 use crate::packet::{DropReason, FlowKey, Packet};
-use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
+use crate::qdisc::{BatchVerdict, Qdisc, QdiscStats, ToFree, Verdict};
 use crate::show::{Rate, Size, Time, fmt_priomap};
 
+/// Batched enqueue and dequeue: prefetch pipelines.
+mod batch;
 /// `fq_change` and `fq_resize`: live reconfiguration.
 mod change;
 /// FQ options, defaults and validation.
@@ -60,7 +62,7 @@ mod table;
 mod tests;
 
 use config::{FQ_BANDS, FqConfig};
-use flow::{Flow, FlowCold, FlowState, NIL};
+use flow::{Flow, FlowCold, FlowState};
 pub use jiffies::{FQ_DEFAULT_HZ, FQ_HZ_CHOICES};
 use stats::{Counters, FqStats};
 use table::FlowTable;
@@ -72,22 +74,15 @@ enum ListSel {
     Old,
 }
 
-/// A singly linked list of flows by index (`struct fq_flow_head`).
-#[derive(Debug, Clone, Copy)]
-struct FlowList {
-    first: u32,
-    last: u32,
-}
-
-impl FlowList {
-    const EMPTY: FlowList = FlowList {
-        first: NIL,
-        last: NIL,
-    };
-}
+/// A round-robin list of flows by index (`struct fq_flow_head`), as a ring of indices rather
+/// than links through the flows: appending a flow does not write its predecessor's line, and a
+/// dequeue knows the flows after the head without reading them, so it can start loading them
+/// (see `batch`). The kernel's lists are only ever appended to and popped from the front, so a
+/// ring holds the same sequence.
+type FlowList = VecDeque<u32>;
 
 /// One band's lists and WRR credit (`struct fq_perband_flows`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct BandFlows {
     new_flows: FlowList,
     old_flows: FlowList,
@@ -150,6 +145,8 @@ pub struct Fq<P: Packet> {
     /// that lowers them leaves packets admitted under the old ones (for `check_invariants`).
     admitted_limit: u32,
     admitted_flow_limit: u32,
+    /// Prefetch distances of the batched paths.
+    prefetch: batch::Distances,
 }
 
 impl<P: Packet> Fq<P> {
@@ -165,14 +162,15 @@ impl<P: Packet> Fq<P> {
     pub(crate) fn from_config(cfg: FqConfig, clock: Arc<dyn Clock>) -> Self {
         let w = cfg.weights;
         let band = |i: usize| BandFlows {
-            new_flows: FlowList::EMPTY,
-            old_flows: FlowList::EMPTY,
+            new_flows: FlowList::new(),
+            old_flows: FlowList::new(),
             credit: 0,
             quantum: w[i] as i32,
         };
         Fq {
             admitted_limit: cfg.limit,
             admitted_flow_limit: cfg.flow_limit,
+            prefetch: batch::Distances::default(),
             psched_mtu: crate::pfifo::DEFAULT_PSCHED_MTU,
             max_offload_horizon: Duration::ZERO,
             bands: [band(0), band(1), band(2)],
@@ -338,21 +336,11 @@ impl<P: Packet> Fq<P> {
     /// Appends flow `idx` to its band's new or old list (`fq_flow_add_tail`).
     fn flow_add_tail(&mut self, idx: u32, sel: ListSel) {
         let f = self.table.get_mut(idx);
-        f.next = NIL;
         f.state = FlowState::Listed;
-        let band = usize::from(f.band);
-        let head = match sel {
-            ListSel::New => &mut self.bands[band].new_flows,
-            ListSel::Old => &mut self.bands[band].old_flows,
-        };
-        let prev_last = head.last;
-        let was_empty = head.first == NIL;
-        if was_empty {
-            head.first = idx;
-        }
-        head.last = idx;
-        if !was_empty {
-            self.table.get_mut(prev_last).next = idx;
+        let band = &mut self.bands[usize::from(f.band)];
+        match sel {
+            ListSel::New => band.new_flows.push_back(idx),
+            ListSel::Old => band.old_flows.push_back(idx),
         }
     }
 
@@ -363,7 +351,6 @@ impl<P: Packet> Fq<P> {
         let key = (f.time_next_packet, self.delayed_seq);
         cold.delayed_key = key;
         f.state = FlowState::Throttled;
-        f.next = NIL;
         self.delayed.insert(key, idx);
         self.throttled_flows += 1;
         self.counters.throttled += 1;
@@ -469,17 +456,13 @@ impl<P: Packet> Fq<P> {
         }
         let mut listed = 0u32;
         for b in &self.bands {
-            for head in [b.new_flows, b.old_flows] {
-                let mut i = head.first;
-                while i != NIL {
-                    listed += 1;
-                    if listed > live {
-                        return Err("a round-robin list loops".into());
-                    }
-                    if self.table.get(i).state != FlowState::Listed {
-                        return Err(format!("flow {i} on a list but not listed"));
-                    }
-                    i = self.table.get(i).next;
+            for &i in b.new_flows.iter().chain(&b.old_flows) {
+                listed += 1;
+                if listed > live {
+                    return Err("a flow is on the round-robin lists twice".into());
+                }
+                if self.table.get(i).state != FlowState::Listed {
+                    return Err(format!("flow {i} on a list but not listed"));
                 }
             }
         }
@@ -509,6 +492,14 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
 
     fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
         self.fq_enqueue(pkt, to_free)
+    }
+
+    fn enqueue_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
+        self.fq_enqueue_batch(batch, to_free)
+    }
+
+    fn dequeue_batch(&mut self, out: &mut Fifo<P>, max: usize) -> usize {
+        self.fq_dequeue_batch(out, max)
     }
 
     fn dequeue(&mut self) -> Option<P> {
@@ -557,8 +548,8 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
         }
         self.table.clear();
         for b in &mut self.bands {
-            b.new_flows = FlowList::EMPTY;
-            b.old_flows = FlowList::EMPTY;
+            b.new_flows.clear();
+            b.old_flows.clear();
         }
         self.band_pkt_count = [0; FQ_BANDS];
         self.delayed.clear();

@@ -104,12 +104,27 @@ fn home(id: u64, kind: u32, bits: u32) -> usize {
     (h >> (64 - bits)) as usize
 }
 
-/// One detachment: the flow's slot, its age then (`jiffies | 1`) and which detachment it was.
+/// One detachment: the flow's slot, its age then (`jiffies | 1`) and which detachment of that
+/// slot it was (`Flow::detach_gen` then).
 #[derive(Debug, Clone, Copy)]
 struct GcEntry {
     age: u64,
     slot: u32,
-    detach_id: u64,
+    detach_gen: u32,
+}
+
+/// The age queue is swept when it holds more than `2 · slots + 64` entries, and at most this
+/// many: so between a sweep and the next fewer than `2^29 + 1` detachments happen, and a
+/// slot's 32-bit `detach_gen` (bumped by its detachments and frees) cannot come back to the
+/// value of a stale entry before the sweep removes it.
+const SWEEP_AT_MOST: usize = 1 << 29;
+
+/// Whether a GC entry is its slot's current detachment (not made stale by a later
+/// detachment, a reattachment or a free).
+#[inline]
+fn entry_is_current<P: Packet>(slots: &[Flow<P>], e: &GcEntry) -> bool {
+    let f = &slots[e.slot as usize];
+    f.state == FlowState::Detached && f.detach_gen == e.detach_gen
 }
 
 /// A lookup hit: the flow's slot, its socket hash, and where its index entry is.
@@ -129,7 +144,6 @@ pub(super) struct FlowTable<P: Packet> {
     bits: u32,
     live: usize,
     ages: VecDeque<GcEntry>,
-    next_detach_id: u64,
     /// `buckets_log`: the kernel's `fq_trees_log`, which picks a flow's bucket.
     buckets_log: u8,
     /// Per bucket, the detached flows that are GC candidates, oldest first.
@@ -150,7 +164,6 @@ impl<P: Packet> FlowTable<P> {
             bits,
             live: 0,
             ages: VecDeque::new(),
-            next_detach_id: 0,
             buckets_log,
             gc_lists: vec![GcList::EMPTY; 1 << buckets_log],
             candidates: 0,
@@ -190,6 +203,36 @@ impl<P: Packet> FlowTable<P> {
     pub(super) fn prefetch(&self, idx: u32) {
         if let Some(f) = self.slots.get(idx as usize) {
             llist_defer::hint::prefetch(f);
+        }
+    }
+
+    /// Starts loading the index line where a lookup of `key` begins (a hint).
+    #[inline]
+    pub(super) fn prefetch_index(&self, key: u128) {
+        let (id, kind) = split(key);
+        if let Some(e) = self.index.get(home(id, kind, self.bits)) {
+            llist_defer::hint::prefetch(e);
+        }
+    }
+
+    /// Starts loading the hot line of `key`'s flow if the index entry where its lookup begins
+    /// holds it (a hint: the common case at most half full; a flow further along the probe run
+    /// is not looked for).
+    #[inline]
+    pub(super) fn prefetch_flow_of(&self, key: u128) {
+        let (id, kind) = split(key);
+        if let Some(e) = self.index.get(home(id, kind, self.bits)) {
+            if e.id == id && e.tag != EMPTY && e.tag & HASHED == kind {
+                self.prefetch(e.slot());
+            }
+        }
+    }
+
+    /// Starts loading the head packet of flow `idx` (a hint; reads the flow's hot line).
+    #[inline]
+    pub(super) fn prefetch_head_packet(&self, idx: u32) {
+        if let Some(f) = self.slots.get(idx as usize) {
+            f.prefetch_head();
         }
     }
 
@@ -248,9 +291,8 @@ impl<P: Packet> FlowTable<P> {
             }
             None => return None,
         };
-        let id = self.bump_detach_id();
         self.slots[idx as usize].reinit(age);
-        self.cold[idx as usize].reinit(key, id);
+        self.cold[idx as usize].reinit(key);
         if 2 * (self.live + 1) > self.index.len() {
             self.grow();
         }
@@ -366,7 +408,7 @@ impl<P: Packet> FlowTable<P> {
         self.push_age(GcEntry {
             age: self.slots[idx as usize].age,
             slot: idx,
-            detach_id: self.cold[idx as usize].detach_id,
+            detach_gen: self.slots[idx as usize].detach_gen,
         });
     }
 
@@ -378,32 +420,24 @@ impl<P: Packet> FlowTable<P> {
     /// swept out (order kept): bounded memory, amortized O(1) a push.
     fn push_age(&mut self, e: GcEntry) {
         self.ages.push_back(e);
-        if self.ages.len() > 2 * self.slots.len() + 64 {
-            let (slots, cold) = (&self.slots, &self.cold);
-            self.ages.retain(|e| {
-                slots[e.slot as usize].state == FlowState::Detached
-                    && cold[e.slot as usize].detach_id == e.detach_id
-            });
+        if self.ages.len() > (2 * self.slots.len() + 64).min(SWEEP_AT_MOST) {
+            let slots = &self.slots;
+            self.ages.retain(|e| entry_is_current(slots, e));
         }
-    }
-
-    fn bump_detach_id(&mut self) -> u64 {
-        self.next_detach_id += 1;
-        self.next_detach_id
     }
 
     /// Marks flow `idx` detached (`fq_flow_set_detached`: `age = jiffies | 1`) and queues it
     /// for GC.
     pub(super) fn set_detached(&mut self, idx: u32, jiffies: u64) {
-        let id = self.bump_detach_id();
         let f = &mut self.slots[idx as usize];
         f.state = FlowState::Detached;
         f.age = jiffies | 1;
-        self.cold[idx as usize].detach_id = id;
+        f.detach_gen = f.detach_gen.wrapping_add(1);
+        let detach_gen = f.detach_gen;
         self.push_age(GcEntry {
             age: jiffies | 1,
             slot: idx,
-            detach_id: id,
+            detach_gen,
         });
     }
 
@@ -463,7 +497,9 @@ impl<P: Packet> FlowTable<P> {
             debug_assert_eq!(hit.slot, idx);
             self.remove_at(hit.pos);
         }
-        self.cold[idx as usize].detach_id = 0;
+        // The slot's GC entries go stale.
+        let f = &mut self.slots[idx as usize];
+        f.detach_gen = f.detach_gen.wrapping_add(1);
         self.free.push(idx);
         self.live -= 1;
     }
@@ -484,10 +520,7 @@ impl<P: Packet> FlowTable<P> {
                 break;
             }
             self.ages.pop_front();
-            // A freed slot has detach_id 0, which no detachment uses.
-            let f = &self.slots[e.slot as usize];
-            if f.state == FlowState::Detached && self.cold[e.slot as usize].detach_id == e.detach_id
-            {
+            if entry_is_current(&self.slots, &e) {
                 self.gc_link(e.slot);
             }
         }
@@ -555,8 +588,8 @@ impl<P: Packet> FlowTable<P> {
         self.candidates = 0;
         self.free.clear();
         self.free.extend((0..self.slots.len() as u32).rev());
-        for (f, c) in self.slots.iter_mut().zip(&mut self.cold) {
-            c.detach_id = 0;
+        for f in &mut self.slots {
+            f.detach_gen = f.detach_gen.wrapping_add(1);
             f.state = FlowState::Detached;
             f.set_in_gc(false);
         }
@@ -628,6 +661,32 @@ mod tests {
         live.sort_unstable();
         want.sort_unstable();
         assert_eq!(live, want);
+    }
+
+    /// A slot freed (here by a resize, which leaves the flow's age-queue entry behind) and
+    /// reused by a new flow is not collected when that old entry comes due: the free bumped the
+    /// slot's detachment generation. The new flow's own detachment is collected as usual.
+    #[test]
+    fn a_reused_slot_is_not_collected_on_its_predecessors_entry() {
+        let mut t: FlowTable<TestPacket> = FlowTable::new(1);
+        let a = t.insert(2, 0, 1).unwrap();
+        t.set_detached(a, 10);
+        assert_eq!(t.resize(1, 5000, 3000), 1);
+        assert_eq!(t.age_queue_len(), 1, "the old entry is still queued");
+        let b = t.insert(4, 0, 5001).unwrap();
+        assert_eq!(b, a, "the slot is reused");
+        // A key looked up in the new flow's bucket.
+        let mate = (8u128..)
+            .step_by(2)
+            .find(|&k| t.bucket(k) == t.bucket(4))
+            .unwrap();
+        // Jiffy 6000 is past the old entry's age 11 + 3000 and before the new flow ages.
+        assert_eq!(t.gc(6000, 3000, mate), 0);
+        assert_eq!(t.lookup(4), Some(b));
+        t.check_gc().unwrap();
+        t.set_detached(b, 6000);
+        assert_eq!(t.gc(9002, 3000, mate), 1);
+        assert_eq!(t.lookup(4), None);
     }
 
     /// GC in one bucket: candidates become so only after 3·HZ jiffies past their odd age, leave

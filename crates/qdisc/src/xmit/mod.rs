@@ -1,12 +1,26 @@
 //! The transmit engine: [`TxQueue`], the user-space `__dev_xmit_skb`, with its three locking
 //! strategies, the [`Driver`] trait, the engine's counters and the [`TxWorker`].
+//!
+//! A reader looking for one thing finds it in one file: the public API in `queue.rs`, each
+//! strategy's protocol in `defer.rs`, `busylock.rs` and `nolock.rs`, the run loop every runner
+//! shares in `run.rs`, and the unwind accounting in `guard.rs`.
 
+/// BusyLock: the pre-2025 kernel's `__dev_xmit_skb`.
+mod busylock;
 /// Builder, strategies and overflow policies.
 mod config;
+/// DeferList: the 6.19 defer list, its drain and bypasses.
+mod defer;
 /// The driver trait and the null / recording drivers.
 mod driver;
-/// The queue itself: xmit, drain, bypass, run loop, requeue, deactivate.
+/// Unwind guards: packets held across user code are counted if it panics.
+mod guard;
+/// NoLock: the lockless qdisc run with the MISSED / DRAINING handshake.
+mod nolock;
+/// The queue itself: its state and the public API.
 mod queue;
+/// The locked run loop, enqueue / dequeue of batches and the driver call.
+mod run;
 /// Counters, contention and the latency histogram.
 mod stats;
 /// A thread that finishes the work a runner rescheduled (the TX softirq).
