@@ -79,6 +79,12 @@ struct Cli {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
     burst: u64,
 
+    /// With --burst: a burst of at least this many packets is sent by its own producer under
+    /// the root lock (`TxQueueBuilder::self_send_burst`) instead of being pushed to the
+    /// runner; 0 turns it off (every burst goes through the defer list).
+    #[arg(long, default_value_t = qdisc::DEFAULT_SELF_SEND_BURST as u64)]
+    self_send_burst: u64,
+
     /// A producer out of frames sleeps until one of its frames is freed
     /// (`PoolHandle::alloc_wait`) instead of yielding between polls. Less CPU per packet; the
     /// thread that frees pays the wake-ups. Ignored with the xsk driver (its completions need
@@ -106,6 +112,13 @@ struct Cli {
     /// (comma-separated, e.g. 1,2,4,8,16), each for --duration seconds, and print a table.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=1024))]
     compare: Option<Vec<u64>>,
+
+    /// How the engine's runner feeds the qdisc: `batched` hands each drained batch to the
+    /// qdisc whole and dequeues in batches; `per-packet` one packet at a time (the kernel's
+    /// way); `both` (with --compare) runs every engine cell both ways, back to back, and adds
+    /// a table of the same-run ratios.
+    #[arg(long, value_enum, default_value_t = RunnerArg::Batched)]
+    runner: RunnerArg,
 
     /// Print the final figures (and each compare cell) as one JSON object per line.
     #[arg(long)]
@@ -151,6 +164,16 @@ impl QdiscArg {
             QdiscArg::Fq => QdiscKind::Fq,
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RunnerArg {
+    /// Batches into and out of the qdisc (`TxQueueBuilder::qdisc_batch(true)`).
+    Batched,
+    /// One packet at a time (`TxQueueBuilder::qdisc_batch(false)`).
+    PerPacket,
+    /// Both, in the same run (--compare only).
+    Both,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -274,6 +297,11 @@ fn main() -> ExitCode {
         latency_histogram: cli.compare.is_none(),
         burst: cli.burst as usize,
         park: cli.park,
+        qdisc_batch: cli.runner != RunnerArg::PerPacket,
+        self_send_burst: match cli.self_send_burst {
+            0 => usize::MAX,
+            n => n as usize,
+        },
     };
     let needs_frames = cli.veth || cli.driver != DriverSpec::Null;
     if needs_frames && cli.size < MIN_UDP_FRAME as u64 {
@@ -281,6 +309,13 @@ fn main() -> ExitCode {
             "pktgen: error: invalid value '{}' for '--size': accepted {MIN_UDP_FRAME}..=1792 with \
              the xsk, udp and veth drivers (Ethernet, IPv4 and UDP headers plus 16 bytes)",
             cli.size
+        );
+        return ExitCode::from(2);
+    }
+    if cli.runner == RunnerArg::Both && cli.compare.is_none() {
+        eprintln!(
+            "pktgen: error: '--runner both' needs '--compare' (it runs each engine cell twice): \
+             add '--compare 1,2,4' or pick '--runner batched' or '--runner per-packet'"
         );
         return ExitCode::from(2);
     }
@@ -636,6 +671,10 @@ fn report(cell: &Cell, w: &Workload) {
 
 fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     let mut rows: Vec<(u64, Contender, Cell)> = Vec::new();
+    // --runner both: each engine cell again with the per-packet runner, right after its
+    // batched twin, so that both see the same machine state.
+    let mut per_packet: Vec<(u64, Contender, Cell)> = Vec::new();
+    let both = cli.runner == RunnerArg::Both;
     if !cli.json {
         println!(
             "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell",
@@ -659,16 +698,61 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
                 println!("{}", json_cell(&cell, &w, Some(threads)));
             }
             rows.push((threads, contender, cell));
+            if both && matches!(contender, Contender::Engine(_)) {
+                let w = Workload {
+                    qdisc_batch: false,
+                    ..w
+                };
+                let cell = harness::run(&w, &mut |_| {});
+                ok &= cell.conserved();
+                if cli.json {
+                    println!("{}", json_cell(&cell, &w, Some(threads)));
+                }
+                per_packet.push((threads, contender, cell));
+            }
         }
     }
     if !cli.json {
         print!("{}", compare_table(&rows));
+        if both {
+            print!("{}", runner_table(&rows, &per_packet));
+        }
     }
     if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `--runner both`: each engine cell with the batched runner against its per-packet twin.
+fn runner_table(
+    batched: &[(u64, Contender, Cell)],
+    per_packet: &[(u64, Contender, Cell)],
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n| threads | strategy | batched Mpps | per-packet Mpps | batched / per-packet |"
+    );
+    let _ = writeln!(out, "|---:|---|---:|---:|---:|");
+    for (threads, contender, pp) in per_packet {
+        let Some((_, _, b)) = batched
+            .iter()
+            .find(|(t, c, _)| t == threads && c == contender)
+        else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "| {threads} | {} | {:.2} | {:.2} | {:.2}x |",
+            contender.name(),
+            b.pps() / 1e6,
+            pp.pps() / 1e6,
+            b.pps() / pp.pps()
+        );
+    }
+    out
 }
 
 /// The before/after table: every cell, then each strategy against busylock and the best peer.
@@ -720,6 +804,17 @@ fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>) -> String {
     field("qdisc", format!("\"{}\"", w.qdisc.name()));
     field("burst", w.burst.to_string());
     field("park", w.park.to_string());
+    field(
+        "runner",
+        format!(
+            "\"{}\"",
+            if w.qdisc_batch {
+                "batched"
+            } else {
+                "per-packet"
+            }
+        ),
+    );
     field("offered", cell.offered.to_string());
     field("sent", cell.sent.to_string());
     field("dropped", cell.dropped.to_string());

@@ -60,8 +60,8 @@ mod sync;
 /// The transmit engine: `TxQueue` (the user-space `__dev_xmit_skb`), drivers, the TX worker.
 mod xmit;
 pub use xmit::{
-    BulkVerdict, DEFAULT_QUOTA, Driver, LATENCY_SAMPLE_EVERY, NullDriver, Overflow,
-    RecordingDriver, Strategy, TxQueue, TxQueueBuilder, TxResult, TxWorker, XmitStats,
+    BulkVerdict, DEFAULT_QUOTA, DEFAULT_SELF_SEND_BURST, Driver, LATENCY_SAMPLE_EVERY, NullDriver,
+    Overflow, RecordingDriver, Strategy, TxQueue, TxQueueBuilder, TxResult, TxWorker, XmitStats,
 };
 /// `impl Packet for skb_pool::Skb`.
 mod skb_packet;

@@ -230,3 +230,124 @@ fn defer_list_bulk_races_xmit() {
         assert_eq!(batch, [0, 1], "the batch was reordered: {sent:?}");
     });
 }
+
+/// (4) The batched drain (`qdisc_batch`, the default): two producers each push a burst of two
+/// onto the defer list (no early bypass, no batch bypass, so every drained chain of several
+/// goes through `Qdisc::enqueue_batch` and out through `Qdisc::dequeue_batch`), a driver that
+/// takes one packet per call keeps the qdisc non-empty, and a deactivate races them all. Every
+/// packet is sent or dropped with a reason, each producer's packets leave in order, and
+/// nothing is stranded in the defer list, the qdisc or the requeue list.
+#[test]
+fn batched_drain_races_producers_and_deactivate() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let mut driver = RecordingDriver::new();
+        driver.accept_per_call = Some(1);
+        let q = Arc::new(
+            TxQueue::builder()
+                .strategy(Strategy::DeferList)
+                .early_bypass(false)
+                .batch_bypass(false)
+                .qdisc_batch(true)
+                .build(Pfifo::new(), driver)
+                .unwrap(),
+        );
+        let producers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let q = q.clone();
+                thread::spawn(move || q.xmit_bulk((0..2).map(|i| TestPacket::new(t << 8 | i, 60))))
+            })
+            .collect();
+        let deactivated = q.deactivate() as u64;
+        for p in producers {
+            let v = p.join().unwrap();
+            assert_eq!(v.handed_on + v.dropped, 2);
+        }
+        assert_eq!(q.backlog(), 0, "a packet was left in the qdisc");
+        assert!(
+            q.defer_list_is_empty(),
+            "a packet was left on the defer list"
+        );
+        let sent: Vec<u64> = q.with_driver(|d| d.sent.iter().map(TestPacket::id).collect());
+        let stats = q.stats();
+        assert_eq!(
+            sent.len() as u64 + stats.dropped(),
+            4,
+            "lost: sent {sent:?} stats {stats:?}"
+        );
+        assert!(stats.drops_for(DropReason::Deactivated) >= deactivated);
+        for t in 0..2u64 {
+            let mine: Vec<u64> = sent.iter().copied().filter(|id| id >> 8 == t).collect();
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "producer {t} reordered: {sent:?}"
+            );
+        }
+    });
+}
+
+/// (5) A burst sent by its own producer (`self_send_burst`) racing another producer's first
+/// push: the burst's producer pushed a packet just before (so it may still sit on the defer
+/// list behind the other producer's pending drain), then sends a burst of two itself under
+/// the root lock. That earlier packet must leave before the burst, the other producer's
+/// packet must not be stranded, and nothing is lost; with a deactivate racing it all, every
+/// packet is sent or counted as deactivated.
+#[test]
+fn self_sent_burst_keeps_order_behind_the_defer_list() {
+    for deactivate in [false, true] {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(2);
+        model.check(move || {
+            let q = Arc::new(
+                TxQueue::builder()
+                    .strategy(Strategy::DeferList)
+                    .early_bypass(false)
+                    .self_send_burst(2)
+                    .build(Pfifo::new(), RecordingDriver::new())
+                    .unwrap(),
+            );
+            let other = {
+                let q = q.clone();
+                thread::spawn(move || {
+                    q.xmit(TestPacket::new(1 << 8, 60));
+                })
+            };
+            if deactivate {
+                let d = {
+                    let q = q.clone();
+                    thread::spawn(move || {
+                        q.deactivate();
+                    })
+                };
+                q.xmit(TestPacket::new(0, 60));
+                q.xmit_bulk((1..3).map(|i| TestPacket::new(i, 60)));
+                d.join().unwrap();
+            } else {
+                q.xmit(TestPacket::new(0, 60));
+                q.xmit_bulk((1..3).map(|i| TestPacket::new(i, 60)));
+            }
+            other.join().unwrap();
+            assert_eq!(q.backlog(), 0, "a packet was left in the qdisc");
+            assert!(
+                q.defer_list_is_empty(),
+                "a packet was left on the defer list"
+            );
+            let sent: Vec<u64> = q.with_driver(|d| d.sent.iter().map(TestPacket::id).collect());
+            let stats = q.stats();
+            assert_eq!(
+                sent.len() as u64 + stats.dropped(),
+                4,
+                "lost: sent {sent:?} stats {stats:?}"
+            );
+            if !deactivate {
+                assert_eq!(stats.dropped(), 0);
+            }
+            let mine: Vec<u64> = sent.iter().copied().filter(|id| id >> 8 == 0).collect();
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "the burst overtook its producer's earlier packet: {sent:?}"
+            );
+        });
+    }
+}
