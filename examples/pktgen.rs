@@ -733,9 +733,9 @@ fn runner_table(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| threads | strategy | batched Mpps | per-packet Mpps | batched / per-packet |"
+        "\n| threads | strategy | batched Mpps | per-packet Mpps | batched / per-packet | CPU ns/pkt batched | per-packet |"
     );
-    let _ = writeln!(out, "|---:|---|---:|---:|---:|");
+    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|");
     for (threads, contender, pp) in per_packet {
         let Some((_, _, b)) = batched
             .iter()
@@ -745,11 +745,13 @@ fn runner_table(
         };
         let _ = writeln!(
             out,
-            "| {threads} | {} | {:.2} | {:.2} | {:.2}x |",
+            "| {threads} | {} | {:.2} | {:.2} | {:.2}x | {:.0} | {:.0} |",
             contender.name(),
             b.pps() / 1e6,
             pp.pps() / 1e6,
-            b.pps() / pp.pps()
+            b.pps() / pp.pps(),
+            b.cpu_ns_per_pkt(),
+            pp.cpu_ns_per_pkt()
         );
     }
     out

@@ -40,6 +40,13 @@ fn two_producers_nothing_stranded_with(
     for p in producers {
         p.join().unwrap();
     }
+    all_out_in_order(&q, 2 * per_producer);
+}
+
+/// Every producer has returned: every packet must be in the driver or a drop counter, with
+/// nothing stranded in the defer list, the qdisc or the requeue list (checked without any
+/// poll), and each producer's packets (`id >> 8`) sent in order. Returns what was sent.
+fn all_out_in_order(q: &Txq, offered: u64) -> (Vec<u64>, qdisc::XmitStats) {
     // Checked before `with_driver`, which runs the queue itself once it holds the role.
     assert_eq!(
         q.backlog(),
@@ -55,7 +62,7 @@ fn two_producers_nothing_stranded_with(
     );
     assert_eq!(
         sent.len() as u64 + stats.dropped(),
-        2 * per_producer,
+        offered,
         "lost: sent {sent:?} stats {stats:?}"
     );
     for t in 0..2u64 {
@@ -65,6 +72,7 @@ fn two_producers_nothing_stranded_with(
             "producer {t} reordered: {sent:?}"
         );
     }
+    (sent, stats)
 }
 
 /// (1a) The real NoLock handshake (MISSED retry) strands nothing.
@@ -264,26 +272,8 @@ fn batched_drain_races_producers_and_deactivate() {
             let v = p.join().unwrap();
             assert_eq!(v.handed_on + v.dropped, 2);
         }
-        assert_eq!(q.backlog(), 0, "a packet was left in the qdisc");
-        assert!(
-            q.defer_list_is_empty(),
-            "a packet was left on the defer list"
-        );
-        let sent: Vec<u64> = q.with_driver(|d| d.sent.iter().map(TestPacket::id).collect());
-        let stats = q.stats();
-        assert_eq!(
-            sent.len() as u64 + stats.dropped(),
-            4,
-            "lost: sent {sent:?} stats {stats:?}"
-        );
+        let (_, stats) = all_out_in_order(&q, 4);
         assert!(stats.drops_for(DropReason::Deactivated) >= deactivated);
-        for t in 0..2u64 {
-            let mine: Vec<u64> = sent.iter().copied().filter(|id| id >> 8 == t).collect();
-            assert!(
-                mine.windows(2).all(|w| w[0] < w[1]),
-                "producer {t} reordered: {sent:?}"
-            );
-        }
     });
 }
 
@@ -313,41 +303,23 @@ fn self_sent_burst_keeps_order_behind_the_defer_list() {
                     q.xmit(TestPacket::new(1 << 8, 60));
                 })
             };
-            if deactivate {
-                let d = {
-                    let q = q.clone();
-                    thread::spawn(move || {
-                        q.deactivate();
-                    })
-                };
-                q.xmit(TestPacket::new(0, 60));
-                q.xmit_bulk((1..3).map(|i| TestPacket::new(i, 60)));
+            let deactivator = deactivate.then(|| {
+                let q = q.clone();
+                thread::spawn(move || {
+                    q.deactivate();
+                })
+            });
+            q.xmit(TestPacket::new(0, 60));
+            q.xmit_bulk((1..3).map(|i| TestPacket::new(i, 60)));
+            if let Some(d) = deactivator {
                 d.join().unwrap();
-            } else {
-                q.xmit(TestPacket::new(0, 60));
-                q.xmit_bulk((1..3).map(|i| TestPacket::new(i, 60)));
             }
             other.join().unwrap();
-            assert_eq!(q.backlog(), 0, "a packet was left in the qdisc");
-            assert!(
-                q.defer_list_is_empty(),
-                "a packet was left on the defer list"
-            );
-            let sent: Vec<u64> = q.with_driver(|d| d.sent.iter().map(TestPacket::id).collect());
-            let stats = q.stats();
-            assert_eq!(
-                sent.len() as u64 + stats.dropped(),
-                4,
-                "lost: sent {sent:?} stats {stats:?}"
-            );
+            // The burst's producer is producer 0: its packet 0 must leave before 1 and 2.
+            let (_, stats) = all_out_in_order(&q, 4);
             if !deactivate {
                 assert_eq!(stats.dropped(), 0);
             }
-            let mine: Vec<u64> = sent.iter().copied().filter(|id| id >> 8 == 0).collect();
-            assert!(
-                mine.windows(2).all(|w| w[0] < w[1]),
-                "the burst overtook its producer's earlier packet: {sent:?}"
-            );
         });
     }
 }
