@@ -110,8 +110,35 @@ fn run_pfifo_len(
     assert!(to_free.is_empty(), "pfifo_len: nothing dropped");
 }
 
-/// `batch` packets at a time: dequeue a batch, enqueue it again. Returns the time for about
-/// `n` packets.
+/// Fills `q` with one packet per flow (at least 64); returns the (empty) to-free list.
+fn prefill<Q: Qdisc<TestPacket>>(q: &mut Q, flows: usize) -> ToFree<TestPacket> {
+    let mut to_free = ToFree::new();
+    for p in packets(flows) {
+        q.enqueue(p, &mut to_free);
+    }
+    assert!(to_free.is_empty(), "the prefill must fit");
+    to_free
+}
+
+/// About `n` packets through `q` in chains of [`BATCH`]: [`batched_steps`] or
+/// [`looped_steps`].
+fn chain_steps<Q: Qdisc<TestPacket>>(
+    q: &mut Q,
+    to_free: &mut ToFree<TestPacket>,
+    n: u64,
+    batched: bool,
+) -> Duration {
+    if batched {
+        batched_steps(q, to_free, n)
+    } else {
+        looped_steps(q, to_free, n)
+    }
+}
+
+/// [`BATCH`] packets at a time: dequeue a batch, enqueue it again. Returns the time for about
+/// `n` packets. Not inlined, like [`looped_steps`]: each timed loop keeps its own code, so
+/// neither variant's speed depends on where the other lands.
+#[inline(never)]
 fn batched_steps<Q: Qdisc<TestPacket>>(
     q: &mut Q,
     to_free: &mut ToFree<TestPacket>,
@@ -160,26 +187,16 @@ fn bench(c: &mut Criterion) {
         run_qdisc(&mut g, "pfifo", flows, pfifo);
         let pfifo = FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
         run_pfifo_len(&mut g, flows, pfifo);
-        let mut pfifo: Pfifo<TestPacket> =
-            FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
-        let mut to_free = ToFree::new();
-        for p in packets(flows) {
-            pfifo.enqueue(p, &mut to_free);
+        for (name, batched) in [("pfifo_batch32", true), ("pfifo_loop32", false)] {
+            let mut pfifo: Pfifo<TestPacket> =
+                FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
+            let mut to_free = prefill(&mut pfifo, flows);
+            // Per packet: `iters` packets in chains of 32.
+            g.bench_function(BenchmarkId::new(name, flows), |b| {
+                b.iter_custom(|iters| chain_steps(&mut pfifo, &mut to_free, iters, batched))
+            });
+            assert!(to_free.is_empty(), "{name}: nothing dropped");
         }
-        g.bench_function(BenchmarkId::new("pfifo_batch32", flows), |b| {
-            // Per packet: `iters` packets in batches of 32.
-            b.iter_custom(|iters| batched_steps(&mut pfifo, &mut to_free, iters))
-        });
-        assert!(to_free.is_empty(), "pfifo_batch32: nothing dropped");
-        let mut pfifo: Pfifo<TestPacket> =
-            FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
-        for p in packets(flows) {
-            pfifo.enqueue(p, &mut to_free);
-        }
-        g.bench_function(BenchmarkId::new("pfifo_loop32", flows), |b| {
-            b.iter_custom(|iters| looped_steps(&mut pfifo, &mut to_free, iters))
-        });
-        assert!(to_free.is_empty(), "pfifo_loop32: nothing dropped");
         let fast = PfifoFastBuilder::new()
             .tx_queue_len(1 << 20)
             .build()
@@ -224,6 +241,7 @@ fn step_qdisc<Q: Qdisc<TestPacket> + 'static>(flows: usize, mut q: Q, read_len: 
 }
 
 /// [`batched_steps`] one packet at a time: the engine's per-packet runner on the same chain.
+#[inline(never)]
 fn looped_steps<Q: Qdisc<TestPacket>>(
     q: &mut Q,
     to_free: &mut ToFree<TestPacket>,
@@ -245,17 +263,9 @@ fn looped_steps<Q: Qdisc<TestPacket>>(
 
 /// A prefilled qdisc moved in batches of [`BATCH`] as a [`Step`], batched or one by one.
 fn step_batched<Q: Qdisc<TestPacket> + 'static>(flows: usize, mut q: Q, batched: bool) -> Step {
-    let mut to_free = ToFree::new();
-    for p in packets(flows) {
-        q.enqueue(p, &mut to_free);
-    }
-    assert!(to_free.is_empty(), "the prefill must fit");
+    let mut to_free = prefill(&mut q, flows);
     Box::new(move |n| {
-        let t = if batched {
-            batched_steps(&mut q, &mut to_free, n)
-        } else {
-            looped_steps(&mut q, &mut to_free, n)
-        };
+        let t = chain_steps(&mut q, &mut to_free, n, batched);
         assert!(to_free.is_empty(), "nothing dropped in steady state");
         t
     })

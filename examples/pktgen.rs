@@ -88,6 +88,12 @@ struct Cli {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
     burst: u64,
 
+    /// With --burst: a burst of at least this many packets is sent by its own producer under
+    /// the root lock (`TxQueueBuilder::self_send_burst`) instead of being pushed to the
+    /// runner; 0 turns it off (every burst goes through the defer list).
+    #[arg(long, default_value_t = qdisc::DEFAULT_SELF_SEND_BURST as u64)]
+    self_send_burst: u64,
+
     /// A producer out of frames sleeps until one of its frames is freed
     /// (`PoolHandle::alloc_wait`) instead of yielding between polls. Less CPU per packet; the
     /// thread that frees pays the wake-ups. Ignored with the xsk driver (its completions need
@@ -127,6 +133,13 @@ struct Cli {
     /// cell with each, plus a table of percpu / owner in the same run).
     #[arg(long, value_enum, default_value_t = PoolArg::Owner)]
     pool: PoolArg,
+
+    /// How the engine's runner feeds the qdisc: `batched` hands each drained batch to the
+    /// qdisc whole and dequeues in batches; `per-packet` one packet at a time (the kernel's
+    /// way); `both` (with --compare) runs every engine cell both ways, back to back, and adds
+    /// a table of the same-run ratios.
+    #[arg(long, value_enum, default_value_t = RunnerArg::Batched)]
+    runner: RunnerArg,
 
     /// Print the final figures (and each compare cell) as one JSON object per line.
     #[arg(long)]
@@ -192,6 +205,16 @@ impl QdiscArg {
             QdiscArg::Fq => QdiscKind::Fq,
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RunnerArg {
+    /// Batches into and out of the qdisc (`TxQueueBuilder::qdisc_batch(true)`).
+    Batched,
+    /// One packet at a time (`TxQueueBuilder::qdisc_batch(false)`).
+    PerPacket,
+    /// Both, in the same run (--compare only).
+    Both,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -316,6 +339,11 @@ fn main() -> ExitCode {
         burst: cli.burst as usize,
         park: cli.park,
         pool: cli.pool.kinds()[0],
+        qdisc_batch: cli.runner != RunnerArg::PerPacket,
+        self_send_burst: match cli.self_send_burst {
+            0 => usize::MAX,
+            n => n as usize,
+        },
     };
     if cli.pool == PoolArg::Both && cli.compare.is_none() {
         eprintln!("pktgen: error: '--pool both' needs '--compare': use owner or percpu");
@@ -327,6 +355,13 @@ fn main() -> ExitCode {
             "pktgen: error: invalid value '{}' for '--size': accepted {MIN_UDP_FRAME}..=1792 with \
              the xsk, udp and veth drivers (Ethernet, IPv4 and UDP headers plus 16 bytes)",
             cli.size
+        );
+        return ExitCode::from(2);
+    }
+    if cli.runner == RunnerArg::Both && cli.compare.is_none() {
+        eprintln!(
+            "pktgen: error: '--runner both' needs '--compare' (it runs each engine cell twice): \
+             add '--compare 1,2,4' or pick '--runner batched' or '--runner per-packet'"
         );
         return ExitCode::from(2);
     }
@@ -682,15 +717,19 @@ fn report(cell: &Cell, w: &Workload) {
 
 fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     let mut rows: Vec<CompareRow> = Vec::new();
+    // --runner both: each engine cell again with the per-packet runner, right after its
+    // batched twin, so that both see the same machine state.
+    let both_runners = cli.runner == RunnerArg::Both;
     if !cli.json {
         println!(
             "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell, pool {:?}, \
-             {} round(s)",
+             runner {:?}, {} round(s)",
             base.qdisc.name(),
             base.driver_ns,
             base.size,
             cli.duration,
             cli.pool,
+            cli.runner,
             cli.repeat
         );
     }
@@ -707,26 +746,43 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
                         pool,
                         ..base.clone()
                     };
-                    let cell = harness::run(&w, &mut |_| {});
-                    ok &= cell.conserved();
-                    if cli.json {
-                        println!("{}", json_cell(&cell, &w, Some(threads), round));
+                    let twin = both_runners && matches!(contender, Contender::Engine(_));
+                    let runners: &[bool] = if twin {
+                        &[true, false]
+                    } else {
+                        &[w.qdisc_batch]
+                    };
+                    for &qdisc_batch in runners {
+                        let w = Workload {
+                            qdisc_batch,
+                            ..w.clone()
+                        };
+                        let cell = harness::run(&w, &mut |_| {});
+                        ok &= cell.conserved();
+                        if cli.json {
+                            println!("{}", json_cell(&cell, &w, Some(threads), round));
+                        }
+                        rows.push(CompareRow {
+                            round,
+                            threads,
+                            contender,
+                            pool,
+                            per_packet: twin && !qdisc_batch,
+                            cell,
+                        });
                     }
-                    rows.push(CompareRow {
-                        round,
-                        threads,
-                        contender,
-                        pool,
-                        cell,
-                    });
                 }
             }
         }
     }
     if !cli.json {
-        print!("{}", compare_table(&rows, counts, cli.pool.kinds()));
+        let main: Vec<&CompareRow> = rows.iter().filter(|r| !r.per_packet).collect();
+        print!("{}", compare_table(&main, counts, cli.pool.kinds()));
         if cli.pool == PoolArg::Both {
-            print!("{}", pool_table(&rows, counts));
+            print!("{}", pool_table(&main, counts));
+        }
+        if both_runners {
+            print!("{}", runner_table(&rows, counts, cli.pool.kinds()));
         }
     }
     if ok {
@@ -742,11 +798,13 @@ struct CompareRow {
     threads: u64,
     contender: Contender,
     pool: PoolKind,
+    /// The per-packet twin of an engine cell (`--runner both`); the main tables leave it out.
+    per_packet: bool,
     cell: Cell,
 }
 
 /// The rate of one cell of one round (NaN if it did not run).
-fn cell_pps(rows: &[CompareRow], round: usize, threads: u64, c: Contender, pool: PoolKind) -> f64 {
+fn cell_pps(rows: &[&CompareRow], round: usize, threads: u64, c: Contender, pool: PoolKind) -> f64 {
     rows.iter()
         .find(|r| r.round == round && r.threads == threads && r.contender == c && r.pool == pool)
         .map_or(f64::NAN, |r| r.cell.pps())
@@ -767,12 +825,17 @@ fn ratio_cell(xs: &[f64]) -> String {
     }
 }
 
+/// The number of rounds in `rows`.
+fn rounds(rows: &[&CompareRow]) -> usize {
+    rows.iter().map(|r| r.round + 1).max().unwrap_or(0)
+}
+
 /// The before/after table: per thread count, contender and pool kind the median rate, CPU per
 /// packet and the largest drop count over the rounds, then the contender against busylock and
 /// against the best peer (mutex or segqueue, same pool kind) of the same round, as the median
 /// and range of those ratios.
-fn compare_table(rows: &[CompareRow], counts: &[u64], pools: &[PoolKind]) -> String {
-    let rounds = rows.iter().map(|r| r.round + 1).max().unwrap_or(0);
+fn compare_table(rows: &[&CompareRow], counts: &[u64], pools: &[PoolKind]) -> String {
+    let rounds = rounds(rows);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -782,7 +845,7 @@ fn compare_table(rows: &[CompareRow], counts: &[u64], pools: &[PoolKind]) -> Str
     for &threads in counts {
         for contender in Contender::ALL {
             for &pool in pools {
-                let mine: Vec<&CompareRow> = rows
+                let mine: Vec<&&CompareRow> = rows
                     .iter()
                     .filter(|r| r.threads == threads && r.contender == contender && r.pool == pool)
                     .collect();
@@ -817,8 +880,8 @@ fn compare_table(rows: &[CompareRow], counts: &[u64], pools: &[PoolKind]) -> Str
 
 /// `--pool both`: each cell's per-CPU rate over its per-owner rate in the same round, as the
 /// median and range over the rounds.
-fn pool_table(rows: &[CompareRow], counts: &[u64]) -> String {
-    let rounds = rows.iter().map(|r| r.round + 1).max().unwrap_or(0);
+fn pool_table(rows: &[&CompareRow], counts: &[u64]) -> String {
+    let rounds = rounds(rows);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -847,6 +910,58 @@ fn pool_table(rows: &[CompareRow], counts: &[u64]) -> String {
     out
 }
 
+/// `--runner both`: each engine cell with the batched runner against its per-packet twin of the
+/// same round (median and range over the rounds), with the median CPU per packet of each.
+fn runner_table(rows: &[CompareRow], counts: &[u64], pools: &[PoolKind]) -> String {
+    let batched: Vec<&CompareRow> = rows.iter().filter(|r| !r.per_packet).collect();
+    let per_packet: Vec<&CompareRow> = rows.iter().filter(|r| r.per_packet).collect();
+    let rounds = rounds(&batched);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n| threads | strategy | pool | batched Mpps | per-packet Mpps | batched / per-packet | \
+         CPU ns/pkt batched | per-packet |"
+    );
+    let _ = writeln!(out, "|---:|---|---|---:|---:|---:|---:|---:|");
+    for &threads in counts {
+        for contender in Contender::ALL {
+            if !matches!(contender, Contender::Engine(_)) {
+                continue;
+            }
+            for &pool in pools {
+                let series = |rows: &[&CompareRow]| -> (Vec<f64>, Vec<f64>) {
+                    (0..rounds)
+                        .filter_map(|k| {
+                            rows.iter().find(|r| {
+                                r.round == k
+                                    && r.threads == threads
+                                    && r.contender == contender
+                                    && r.pool == pool
+                            })
+                        })
+                        .map(|r| (r.cell.pps(), r.cell.cpu_ns_per_pkt()))
+                        .unzip()
+                };
+                let (b_pps, b_cpu) = series(&batched);
+                let (p_pps, p_cpu) = series(&per_packet);
+                let ratios: Vec<f64> = b_pps.iter().zip(&p_pps).map(|(b, p)| b / p).collect();
+                let _ = writeln!(
+                    out,
+                    "| {threads} | {} | {} | {:.2} | {:.2} | {} | {:.0} | {:.0} |",
+                    contender.name(),
+                    pool.name(),
+                    harness::median(&b_pps) / 1e6,
+                    harness::median(&p_pps) / 1e6,
+                    ratio_cell(&ratios),
+                    harness::median(&b_cpu),
+                    harness::median(&p_cpu)
+                );
+            }
+        }
+    }
+    out
+}
+
 fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>, round: usize) -> String {
     let mut s = String::from("{");
     let mut field = |k: &str, v: String| {
@@ -866,6 +981,17 @@ fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>, round: usize) -> S
     field("qdisc", format!("\"{}\"", w.qdisc.name()));
     field("burst", w.burst.to_string());
     field("park", w.park.to_string());
+    field(
+        "runner",
+        format!(
+            "\"{}\"",
+            if w.qdisc_batch {
+                "batched"
+            } else {
+                "per-packet"
+            }
+        ),
+    );
     field("offered", cell.offered.to_string());
     field("sent", cell.sent.to_string());
     field("dropped", cell.dropped.to_string());

@@ -137,6 +137,12 @@ pub struct Workload {
     /// [may park](Target::may_park)) instead of yielding between polls: less CPU per packet,
     /// but the freeing thread pays the wake-ups.
     pub park: bool,
+    /// The engine's runner hands drained batches to the qdisc whole and dequeues in batches
+    /// (`TxQueueBuilder::qdisc_batch`, the default); `false`: one packet at a time, for the A/B.
+    pub qdisc_batch: bool,
+    /// `TxQueueBuilder::self_send_burst`: bursts of at least this many packets are sent by
+    /// their own producer under the root lock (`usize::MAX`: never).
+    pub self_send_burst: usize,
 }
 
 impl Default for Workload {
@@ -150,6 +156,8 @@ impl Default for Workload {
             size: 64,
             burst: 1,
             park: false,
+            qdisc_batch: true,
+            self_send_burst: qdisc::DEFAULT_SELF_SEND_BURST,
             flows: 1,
             rate_pps: None,
             qdisc: QdiscKind::Pfifo,
@@ -236,6 +244,7 @@ impl fmt::Debug for Workload {
             .field("size", &self.size)
             .field("burst", &self.burst)
             .field("park", &self.park)
+            .field("qdisc_batch", &self.qdisc_batch)
             .finish_non_exhaustive()
     }
 }
@@ -484,6 +493,8 @@ fn run_engine<Q: Qdisc<Skb> + 'static, D: Driver<Skb> + 'static>(
             .burst_limit(w.burst_limit)
             .overflow(w.overflow)
             .latency_histogram(w.latency_histogram)
+            .qdisc_batch(w.qdisc_batch)
+            .self_send_burst(w.self_send_burst)
             .build(qdisc, driver)
             .expect("valid engine settings"),
     );

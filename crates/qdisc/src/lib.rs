@@ -1,12 +1,15 @@
 //! Packet schedulers with Linux semantics (pfifo, pfifo_fast, fq) and the transmit engine.
 //!
 //! - The [`Qdisc`] trait (enqueue with the kernel's verdicts, dequeue, peek, reset, bypass,
-//!   stats, the next wake-up of a paced qdisc) and the [`Packet`] trait it asks of a packet.
+//!   stats, the next wake-up of a paced qdisc; [`Qdisc::enqueue_batch`] and
+//!   [`Qdisc::dequeue_batch`] for a whole chain, with exact per-packet semantics) and the
+//!   [`Packet`] trait it asks of a packet.
 //! - [`Pfifo`] (also bfifo and pfifo_head_drop), [`PfifoFast`] and [`Fq`], each with a builder
 //!   that validates like `tc` and `Display` shaped like `tc -s qdisc show`.
 //! - [`TxQueue`]: the user-space `__dev_xmit_skb` in three [`Strategy`]s (the kernel's
 //!   busylock, the 6.19 defer list, a lockless qdisc run), over any [`Driver`];
-//!   [`TxQueue::xmit`] per packet and [`TxQueue::xmit_bulk`] per burst.
+//!   [`TxQueue::xmit`] per packet and [`TxQueue::xmit_bulk`] per burst. Its runner hands the
+//!   qdisc whole batches and takes batches for the driver.
 //!
 //! ```
 //! use qdisc::{NullDriver, Pfifo, Strategy, TestPacket, TxQueue, Verdict};
@@ -60,8 +63,8 @@ mod sync;
 /// The transmit engine: `TxQueue` (the user-space `__dev_xmit_skb`), drivers, the TX worker.
 mod xmit;
 pub use xmit::{
-    BulkVerdict, DEFAULT_QUOTA, Driver, LATENCY_SAMPLE_EVERY, NullDriver, Overflow,
-    RecordingDriver, Strategy, TxQueue, TxQueueBuilder, TxResult, TxWorker, XmitStats,
+    BulkVerdict, DEFAULT_QUOTA, DEFAULT_SELF_SEND_BURST, Driver, LATENCY_SAMPLE_EVERY, NullDriver,
+    Overflow, RecordingDriver, Strategy, TxQueue, TxQueueBuilder, TxResult, TxWorker, XmitStats,
 };
 /// `impl Packet for skb_pool::Skb`.
 mod skb_packet;

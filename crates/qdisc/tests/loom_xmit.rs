@@ -40,6 +40,13 @@ fn two_producers_nothing_stranded_with(
     for p in producers {
         p.join().unwrap();
     }
+    all_out_in_order(&q, 2 * per_producer);
+}
+
+/// Every producer has returned: every packet must be in the driver or a drop counter, with
+/// nothing stranded in the defer list, the qdisc or the requeue list (checked without any
+/// poll), and each producer's packets (`id >> 8`) sent in order. Returns what was sent.
+fn all_out_in_order(q: &Txq, offered: u64) -> (Vec<u64>, qdisc::XmitStats) {
     // Checked before `with_driver`, which runs the queue itself once it holds the role.
     assert_eq!(
         q.backlog(),
@@ -55,7 +62,7 @@ fn two_producers_nothing_stranded_with(
     );
     assert_eq!(
         sent.len() as u64 + stats.dropped(),
-        2 * per_producer,
+        offered,
         "lost: sent {sent:?} stats {stats:?}"
     );
     for t in 0..2u64 {
@@ -65,6 +72,7 @@ fn two_producers_nothing_stranded_with(
             "producer {t} reordered: {sent:?}"
         );
     }
+    (sent, stats)
 }
 
 /// (1a) The real NoLock handshake (MISSED retry) strands nothing.
@@ -229,4 +237,89 @@ fn defer_list_bulk_races_xmit() {
         let batch: Vec<u64> = sent.iter().copied().filter(|id| id >> 8 == 0).collect();
         assert_eq!(batch, [0, 1], "the batch was reordered: {sent:?}");
     });
+}
+
+/// (4) The batched drain (`qdisc_batch`, the default): two producers each push a burst of two
+/// onto the defer list (no early bypass, no batch bypass, so every drained chain of several
+/// goes through `Qdisc::enqueue_batch` and out through `Qdisc::dequeue_batch`), a driver that
+/// takes one packet per call keeps the qdisc non-empty, and a deactivate races them all. Every
+/// packet is sent or dropped with a reason, each producer's packets leave in order, and
+/// nothing is stranded in the defer list, the qdisc or the requeue list.
+#[test]
+fn batched_drain_races_producers_and_deactivate() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let mut driver = RecordingDriver::new();
+        driver.accept_per_call = Some(1);
+        let q = Arc::new(
+            TxQueue::builder()
+                .strategy(Strategy::DeferList)
+                .early_bypass(false)
+                .batch_bypass(false)
+                .qdisc_batch(true)
+                .build(Pfifo::new(), driver)
+                .unwrap(),
+        );
+        let producers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let q = q.clone();
+                thread::spawn(move || q.xmit_bulk((0..2).map(|i| TestPacket::new(t << 8 | i, 60))))
+            })
+            .collect();
+        let deactivated = q.deactivate() as u64;
+        for p in producers {
+            let v = p.join().unwrap();
+            assert_eq!(v.handed_on + v.dropped, 2);
+        }
+        let (_, stats) = all_out_in_order(&q, 4);
+        assert!(stats.drops_for(DropReason::Deactivated) >= deactivated);
+    });
+}
+
+/// (5) A burst sent by its own producer (`self_send_burst`) racing another producer's first
+/// push: the burst's producer pushed a packet just before (so it may still sit on the defer
+/// list behind the other producer's pending drain), then sends a burst of two itself under
+/// the root lock. That earlier packet must leave before the burst, the other producer's
+/// packet must not be stranded, and nothing is lost; with a deactivate racing it all, every
+/// packet is sent or counted as deactivated.
+#[test]
+fn self_sent_burst_keeps_order_behind_the_defer_list() {
+    for deactivate in [false, true] {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(2);
+        model.check(move || {
+            let q = Arc::new(
+                TxQueue::builder()
+                    .strategy(Strategy::DeferList)
+                    .early_bypass(false)
+                    .self_send_burst(2)
+                    .build(Pfifo::new(), RecordingDriver::new())
+                    .unwrap(),
+            );
+            let other = {
+                let q = q.clone();
+                thread::spawn(move || {
+                    q.xmit(TestPacket::new(1 << 8, 60));
+                })
+            };
+            let deactivator = deactivate.then(|| {
+                let q = q.clone();
+                thread::spawn(move || {
+                    q.deactivate();
+                })
+            });
+            q.xmit(TestPacket::new(0, 60));
+            q.xmit_bulk((1..3).map(|i| TestPacket::new(i, 60)));
+            if let Some(d) = deactivator {
+                d.join().unwrap();
+            }
+            other.join().unwrap();
+            // The burst's producer is producer 0: its packet 0 must leave before 1 and 2.
+            let (_, stats) = all_out_in_order(&q, 4);
+            if !deactivate {
+                assert_eq!(stats.dropped(), 0);
+            }
+        });
+    }
 }

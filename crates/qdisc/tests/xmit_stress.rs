@@ -53,6 +53,18 @@ impl Driver<TestPacket> for FlakyDriver {
 }
 
 fn stress(name: &str, builder: TxQueueBuilder, pfifo_limit: u64) -> qdisc::XmitStats {
+    stress_bursts(name, builder, pfifo_limit, 1)
+}
+
+/// [`stress`] with producers that send bursts through `xmit_bulk`, of sizes cycling through
+/// `1..=max_burst` (1: `xmit` per packet), so that short bursts push onto the defer list and
+/// long ones are sent by their own producer (`self_send_burst`).
+fn stress_bursts(
+    name: &str,
+    builder: TxQueueBuilder,
+    pfifo_limit: u64,
+    max_burst: u64,
+) -> qdisc::XmitStats {
     let q = Arc::new(
         builder
             .build(
@@ -74,10 +86,22 @@ fn stress(name: &str, builder: TxQueueBuilder, pfifo_limit: u64) -> qdisc::XmitS
             thread::spawn(move || {
                 start.wait();
                 let mut refused = 0u64;
-                for i in 0..PER_PRODUCER {
-                    if let Verdict::Dropped(_) = q.xmit(TestPacket::new(t << 32 | i, 100)) {
-                        refused += 1;
+                let mut i = 0;
+                let mut size = 0;
+                while i < PER_PRODUCER {
+                    if max_burst == 1 {
+                        if let Verdict::Dropped(_) = q.xmit(TestPacket::new(t << 32 | i, 100)) {
+                            refused += 1;
+                        }
+                        i += 1;
+                        continue;
                     }
+                    size = size % max_burst + 1;
+                    let end = (i + size).min(PER_PRODUCER);
+                    let v = q.xmit_bulk((i..end).map(|i| TestPacket::new(t << 32 | i, 100)));
+                    assert_eq!(v.handed_on + v.dropped, (end - i) as usize);
+                    refused += v.dropped as u64;
+                    i = end;
                 }
                 refused
             })
@@ -170,4 +194,45 @@ fn defer_list_wait_policy_never_drops() {
     let q_limit = PRODUCERS * PER_PRODUCER;
     let stats = stress("defer-wait", builder, q_limit);
     assert_eq!(stats.dropped(), 0, "Overflow::Wait dropped: {stats}");
+}
+
+#[test]
+fn defer_list_bursts_16_producers() {
+    // Bursts of 1..=40: those of 16 or more are sent by their producer under the root lock,
+    // the rest pushed; the batched runner hands drained chains to the qdisc whole.
+    stress_bursts("defer-bursts", TxQueue::builder(), 1000, 40);
+}
+
+#[test]
+fn defer_list_bursts_per_packet_runner() {
+    stress_bursts(
+        "defer-bursts-per-packet",
+        TxQueue::builder().qdisc_batch(false),
+        1000,
+        40,
+    );
+}
+
+#[test]
+fn defer_list_bursts_small_qdisc_drops_in_batches() {
+    // A pfifo of 64: drained chains overflow it part-way, so enqueue_batch tail-drops, and
+    // every drop must be counted.
+    stress_bursts(
+        "defer-bursts-small",
+        TxQueue::builder().self_send_burst(8),
+        64,
+        40,
+    );
+}
+
+#[test]
+fn busylock_and_nolock_with_the_batched_runner_bursts() {
+    for strategy in [Strategy::BusyLock, Strategy::NoLock] {
+        stress_bursts(
+            strategy.name(),
+            TxQueue::builder().strategy(strategy),
+            1000,
+            40,
+        );
+    }
 }

@@ -53,6 +53,9 @@ pub enum Overflow {
 /// The kernel's `dev_tx_weight`: packets a runner sends before it reschedules.
 pub const DEFAULT_QUOTA: usize = 64;
 
+/// [`TxQueueBuilder::self_send_burst`]'s default.
+pub const DEFAULT_SELF_SEND_BURST: usize = 16;
+
 /// Builds a [`TxQueue`](crate::TxQueue).
 ///
 /// ```
@@ -77,6 +80,8 @@ pub struct TxQueueBuilder {
     pub(crate) early_bypass: bool,
     pub(crate) runner_absorbs: bool,
     pub(crate) batch_bypass: bool,
+    pub(crate) qdisc_batch: bool,
+    pub(crate) self_send_burst: usize,
     pub(crate) latency_histogram: bool,
 }
 
@@ -92,6 +97,8 @@ impl Default for TxQueueBuilder {
             early_bypass: true,
             runner_absorbs: true,
             batch_bypass: true,
+            qdisc_batch: true,
+            self_send_burst: DEFAULT_SELF_SEND_BURST,
             latency_histogram: false,
         }
     }
@@ -163,12 +170,36 @@ impl TxQueueBuilder {
         self
     }
 
+    /// The runner hands each drained batch to the qdisc whole
+    /// ([`Qdisc::enqueue_batch`](crate::Qdisc::enqueue_batch), exact per-packet semantics) and
+    /// takes packets for the driver in one [`Qdisc::dequeue_batch`](crate::Qdisc::dequeue_batch)
+    /// call (default on). Off: one `enqueue` and one `dequeue` per packet, as the kernel does,
+    /// kept for the A/B comparison. Every strategy; the poll and [`TxWorker`](crate::TxWorker)
+    /// paths run the same drain.
+    pub fn qdisc_batch(mut self, on: bool) -> Self {
+        self.qdisc_batch = on;
+        self
+    }
+
+    /// DeferList only: [`TxQueue::xmit_bulk`](crate::TxQueue::xmit_bulk) with a burst of at
+    /// least `min` packets that cannot bypass at once waits for the root lock and sends the
+    /// burst itself (after whatever the defer list holds, and through the qdisc if it is not
+    /// empty), as a `Mutex<VecDeque>` user sends its own burst, instead of pushing it onto the
+    /// defer list for the runner on another core. The packets are then read by the core that
+    /// wrote them and their frames freed where they were allocated. Shorter bursts and
+    /// [`xmit`](crate::TxQueue::xmit) push as before. Default 16; `usize::MAX`: never.
+    pub fn self_send_burst(mut self, min: usize) -> Self {
+        self.self_send_burst = min;
+        self
+    }
+
     /// The kernel's exact DeferList protocol: no early bypass, no runner absorbing, only a
-    /// batch of one bypasses the qdisc.
+    /// batch of one bypasses the qdisc, every burst goes through the defer list.
     pub fn kernel_exact(self) -> Self {
         self.early_bypass(false)
             .runner_absorbs(false)
             .batch_bypass(false)
+            .self_send_burst(usize::MAX)
     }
 
     /// Keep a log2 histogram of `xmit` call latency (default off). One call in

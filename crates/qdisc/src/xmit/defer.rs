@@ -3,11 +3,13 @@
 //! the counted burst limit; the first pusher takes the root lock, takes the whole list,
 //! reverses it to FIFO, and bypasses or enqueues and runs. Beside the kernel's protocol: the
 //! bypass before the push, the runner absorbing the list between batches (`PENDING`), helping
-//! drains past a burst threshold, and the `Overflow::Wait` parking.
+//! drains past a burst threshold, a long burst sent by its own producer, and the
+//! `Overflow::Wait` parking.
 //!
-//! Owns: `xmit_defer`, `xmit_defer_batch`, `drain`, `absorb_defer_list`, the bypass of a
-//! drained batch, the overflow wait. Must not: dequeue or call the driver except through
-//! `run` / `transmit` (`run.rs`), nor touch the NoLock state bits.
+//! Owns: `xmit_defer`, `xmit_defer_batch`, `drain`, `self_send` (a large burst sent by its
+//! own producer), `absorb_defer_list`, the bypass of a drained batch, the overflow wait.
+//! Must not: dequeue or call the driver except through `run` / `transmit` (`run.rs`), nor
+//! touch the NoLock state bits.
 
 use llist_defer::{Fifo, Pushed};
 
@@ -28,7 +30,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         if self.cfg.early_bypass && self.defer.is_empty() && !self.is_running() {
             if let Some(root) = self.root.try_lock() {
                 if root.can_bypass() && !self.is_running() {
-                    self.bypass_locked(root, Fifo::from_iter([pkt]), to_free);
+                    let bytes = pkt.len() as u64;
+                    self.bypass_locked(root, Fifo::from_iter([pkt]), bytes, to_free);
                     return Verdict::Success;
                 }
             }
@@ -73,16 +76,24 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
 
     /// [`xmit_bulk`](Self::xmit_bulk)'s DeferList path for a batch of two or more; returns how
     /// many of it were dropped here and now.
-    pub(super) fn xmit_defer_batch(&self, batch: Fifo<P>, to_free: &mut ToFree<P>) -> usize {
+    pub(super) fn xmit_defer_batch(
+        &self,
+        batch: Fifo<P>,
+        bytes: u64,
+        to_free: &mut ToFree<P>,
+    ) -> usize {
         let n = batch.len();
         // The bypass before the push, for the whole batch (see `xmit_defer`).
         if self.cfg.early_bypass && self.defer.is_empty() && !self.is_running() {
             if let Some(root) = self.root.try_lock() {
-                if !self.is_running() && self.may_bypass(&root, &batch) {
-                    self.bypass_locked(root, batch, to_free);
+                if !self.is_running() && self.may_bypass_sized(&root, n, || bytes) {
+                    self.bypass_locked(root, batch, bytes, to_free);
                     return 0;
                 }
             }
+        }
+        if n >= self.cfg.self_send_burst {
+            return self.self_send(batch, bytes, to_free);
         }
         match self.defer.push_batch(batch) {
             Ok(Pushed::First) => {
@@ -141,6 +152,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         &'a self,
         mut root: MutexGuard<'a, Root<P, Q>>,
         batch: Fifo<P>,
+        bytes: u64,
         to_free: &mut ToFree<P>,
     ) {
         // If the driver panics, the packets count as panic drops; there is no role to give
@@ -149,7 +161,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         role.held = false;
         #[cfg(lockless_loom)]
         self.bypassing.store(true, Ordering::Relaxed);
-        let (_, stopped) = self.transmit(&mut role.batch, true, to_free);
+        let (_, stopped) = self.transmit_sized(&mut role.batch, bytes, true, to_free);
         #[cfg(lockless_loom)]
         self.bypassing.store(false, Ordering::Relaxed);
         if role.batch.is_empty() {
@@ -193,11 +205,54 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// FIFO, then bypass or enqueue and run.
     pub(super) fn drain<'a>(
         &'a self,
-        mut root: MutexGuard<'a, Root<P, Q>>,
+        root: MutexGuard<'a, Root<P, Q>>,
         to_free: &mut ToFree<P>,
     ) -> Verdict {
-        let mut batch = self.defer.take_all().reverse();
+        let batch = self.defer.take_all().reverse();
         self.notify_room();
+        self.drain_batch(root, batch, to_free)
+    }
+
+    /// A burst sent by its own producer ([`TxQueueBuilder::self_send_burst`]): wait for the
+    /// root lock as a mutex user would, take whatever other producers left on the defer list
+    /// (older, so first), put `own` behind it, and bypass or enqueue and run as a drainer
+    /// does. The producer's packets go to the driver from its own cache, and their frames
+    /// are freed on its own thread, instead of crossing to another core's runner. Our earlier
+    /// packets are on the defer list or in the qdisc, both ahead of `own`: order is kept.
+    /// Returns how many of `own` were dropped here and now (all, if deactivated).
+    ///
+    /// [`TxQueueBuilder::self_send_burst`]: super::TxQueueBuilder::self_send_burst
+    pub(super) fn self_send(&self, mut own: Fifo<P>, bytes: u64, to_free: &mut ToFree<P>) -> usize {
+        let n = own.len();
+        let root = self.lock_root();
+        // The common case, nothing else waiting: what the early bypass does, after the wait.
+        if self.defer.is_empty() && !self.is_running() && self.may_bypass_sized(&root, n, || bytes)
+        {
+            self.bypass_locked(root, own, bytes, to_free);
+            return 0;
+        }
+        let mut batch = if self.defer.is_empty() {
+            Fifo::new()
+        } else {
+            let older = self.defer.take_all().reverse();
+            self.notify_room();
+            older
+        };
+        batch.append(&mut own);
+        match self.drain_batch(root, batch, to_free) {
+            Verdict::Dropped(DropReason::Deactivated) => n,
+            _ => 0,
+        }
+    }
+
+    /// [`drain`](Self::drain) after the take: `batch` is in arrival order.
+    #[inline]
+    fn drain_batch<'a>(
+        &'a self,
+        mut root: MutexGuard<'a, Root<P, Q>>,
+        mut batch: Fifo<P>,
+        to_free: &mut ToFree<P>,
+    ) -> Verdict {
         if batch.is_empty() {
             // A helper drained it already; still make sure the qdisc runs.
             if !self.is_running() && root.qlen() != 0 && !root.deactivated {
@@ -249,18 +304,27 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// queue active); then a batch of one always (the kernel's rule), a longer one if batch
     /// bypass is on and the qdisc agrees.
     pub(super) fn may_bypass(&self, root: &Root<P, Q>, batch: &Fifo<P>) -> bool {
+        self.may_bypass_sized(root, batch.len(), || {
+            batch.iter().map(|p| p.len() as u64).sum()
+        })
+    }
+
+    /// [`may_bypass`](Self::may_bypass) for a batch of `n` packets whose byte count `bytes`
+    /// gives (asked only if the qdisc's answer depends on it).
+    #[inline]
+    pub(super) fn may_bypass_sized(
+        &self,
+        root: &Root<P, Q>,
+        n: usize,
+        bytes: impl FnOnce() -> u64,
+    ) -> bool {
         if !root.can_bypass() {
             return false;
         }
-        match batch.len() {
+        match n {
             0 => false,
             1 => true,
-            n => {
-                self.cfg.batch_bypass && {
-                    let bytes = batch.iter().map(|p| p.len() as u64).sum();
-                    root.qdisc.can_bypass_batch(n, bytes)
-                }
-            }
+            n => self.cfg.batch_bypass && root.qdisc.can_bypass_batch(n, bytes()),
         }
     }
 

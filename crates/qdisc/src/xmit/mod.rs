@@ -26,7 +26,7 @@ mod stats;
 /// A thread that finishes the work a runner rescheduled (the TX softirq).
 mod worker;
 
-pub use config::{DEFAULT_QUOTA, Overflow, Strategy, TxQueueBuilder};
+pub use config::{DEFAULT_QUOTA, DEFAULT_SELF_SEND_BURST, Overflow, Strategy, TxQueueBuilder};
 pub use driver::{Driver, NullDriver, RecordingDriver, TxResult};
 pub use queue::{BulkVerdict, TxQueue};
 pub use stats::{LATENCY_SAMPLE_EVERY, XmitStats};

@@ -140,7 +140,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                     return;
                 }
                 let mut root = self.lock_root();
-                Self::dequeue_batch(&mut root, &mut role.batch, self.cfg.bulk.min(quota));
+                self.dequeue_batch(&mut root, &mut role.batch, self.cfg.bulk.min(quota));
                 drop(root);
                 if role.batch.is_empty() {
                     // pfifo_fast_dequeue: empty while MISSED/DRAINING is set → clear both,

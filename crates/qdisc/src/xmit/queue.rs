@@ -232,7 +232,11 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// under the root lock; otherwise one CAS pushes it onto the defer list
     /// ([`DeferList::push_batch`](llist_defer::DeferList::push_batch): counted by its length
     /// against the burst limit, refused whole past it) and the first pusher drains as usual. A
-    /// batch refused under [`Overflow::Wait`] goes packet by packet, each waiting for room. The
+    /// batch refused under [`Overflow::Wait`](super::Overflow::Wait) goes packet by packet, each waiting for room. A
+    /// burst of at least [`self_send_burst`](TxQueueBuilder::self_send_burst) packets (16 by
+    /// default) does not push: its producer waits for the root lock and sends it itself, from
+    /// its own cache, as a mutex user would (under contention a runner on another core would
+    /// otherwise read every packet and free every frame remotely). The
     /// other strategies send the packets one by one through `xmit`'s path, as the kernel would.
     ///
     /// The packets keep their order, among themselves and after this thread's earlier calls.
@@ -252,16 +256,23 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// # Ok::<(), qdisc::ConfigError>(())
     /// ```
     pub fn xmit_bulk<I: IntoIterator<Item = P>>(&self, pkts: I) -> BulkVerdict {
-        let batch: Fifo<P> = pkts.into_iter().collect();
+        // One pass links the packets and sums their bytes, which the bypass test and the
+        // driver's byte counter need: neither walks the batch again.
+        let mut batch = Fifo::new();
+        let mut bytes = 0u64;
+        for p in pkts {
+            bytes += p.len() as u64;
+            batch.push_back(p);
+        }
         let n = batch.len();
         let dropped = match &self.counters.latency {
             Some(hist) if super::stats::sample_this_call() => {
                 let t0 = Stamp::now();
-                let d = self.xmit_bulk_inner(batch);
+                let d = self.xmit_bulk_inner(batch, bytes);
                 hist.record(t0.elapsed_ns());
                 d
             }
-            _ => self.xmit_bulk_inner(batch),
+            _ => self.xmit_bulk_inner(batch, bytes),
         };
         BulkVerdict {
             handed_on: n - dropped,
@@ -269,8 +280,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         }
     }
 
-    /// Returns how many packets of `batch` were dropped here and now.
-    fn xmit_bulk_inner(&self, mut batch: Fifo<P>) -> usize {
+    /// Returns how many packets of `batch` (`bytes` in all) were dropped here and now.
+    fn xmit_bulk_inner(&self, mut batch: Fifo<P>, bytes: u64) -> usize {
         let mut dropped = self.dropped();
         let to_free = &mut dropped.list;
         if batch.len() <= 1 || self.cfg.strategy != Strategy::DeferList {
@@ -280,7 +291,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             }
             return n;
         }
-        self.xmit_defer_batch(batch, to_free)
+        self.xmit_defer_batch(batch, bytes, to_free)
     }
 
     #[inline]

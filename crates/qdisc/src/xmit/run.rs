@@ -71,7 +71,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                             role.batch.push_back(p);
                         }
                     } else {
-                        Self::dequeue_batch(&mut root, &mut role.batch, max);
+                        self.dequeue_batch(&mut root, &mut role.batch, max);
                     }
                 }
                 if role.batch.is_empty() {
@@ -159,8 +159,11 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         self.running.load(Ordering::Relaxed) & RUNNING != 0
     }
 
-    /// Enqueues `batch` in order (dropping it if deactivated); returns the last verdict. A
-    /// panicking qdisc costs the packets in hand, counted (see [`InHand`]).
+    /// Enqueues `batch` in order (dropping it if deactivated); returns the last verdict. With
+    /// `qdisc_batch` on, a batch of several goes to [`Qdisc::enqueue_batch`] whole (exact
+    /// per-packet semantics); otherwise, and for a single packet, one `enqueue` each. A
+    /// panicking qdisc costs the packets in hand, counted (see [`InHand`]): those still in the
+    /// batch and the one in the qdisc's hands (`enqueue_batch`'s promise).
     pub(super) fn enqueue_all(
         &self,
         root: &mut Root<P, Q>,
@@ -172,27 +175,43 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             batch,
             in_call: 0,
         };
-        let mut rc = Verdict::Success;
-        while let Some(p) = hand.batch.pop_front() {
-            if root.deactivated {
+        if root.deactivated {
+            while let Some(p) = hand.batch.pop_front() {
                 to_free.drop_packet(p, DropReason::Deactivated);
-                rc = Verdict::Dropped(DropReason::Deactivated);
-                continue;
             }
-            hand.in_call = 1;
-            rc = root.qdisc.enqueue(p, to_free);
-            hand.in_call = 0;
+            return Verdict::Dropped(DropReason::Deactivated);
         }
+        hand.in_call = 1;
+        let rc = if self.cfg.qdisc_batch && hand.batch.len() > 1 {
+            let v = root.qdisc.enqueue_batch(&mut hand.batch, to_free);
+            v.last.unwrap_or(Verdict::Success)
+        } else {
+            let mut rc = Verdict::Success;
+            while let Some(p) = hand.batch.pop_front() {
+                rc = root.qdisc.enqueue(p, to_free);
+            }
+            rc
+        };
+        hand.in_call = 0;
         rc
     }
 
-    /// `dequeue_skb`: requeued packets first, then the qdisc, at most `max`.
-    pub(super) fn dequeue_batch(root: &mut Root<P, Q>, batch: &mut Fifo<P>, max: usize) {
+    /// `dequeue_skb`: requeued packets first, then the qdisc, at most `max` in `batch`; with
+    /// `qdisc_batch` on, the qdisc's share in one [`Qdisc::dequeue_batch`] call (the kernel's
+    /// bulk dequeue for `xmit_more`).
+    pub(super) fn dequeue_batch(&self, root: &mut Root<P, Q>, batch: &mut Fifo<P>, max: usize) {
         while batch.len() < max {
             let Some(p) = root.requeue.pop_front() else {
                 break;
             };
             batch.push_back(p);
+        }
+        if batch.len() >= max {
+            return;
+        }
+        if self.cfg.qdisc_batch {
+            root.qdisc.dequeue_batch(batch, max - batch.len());
+            return;
         }
         while batch.len() < max {
             let Some(p) = root.qdisc.dequeue() else { break };
@@ -208,7 +227,19 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         bypass: bool,
         to_free: &mut ToFree<P>,
     ) -> (usize, bool) {
-        let bytes_before: u64 = batch.iter().map(|p| p.len() as u64).sum();
+        let bytes: u64 = batch.iter().map(|p| p.len() as u64).sum();
+        self.transmit_sized(batch, bytes, bypass, to_free)
+    }
+
+    /// [`transmit`](Self::transmit) of a batch whose bytes the caller summed already.
+    #[inline]
+    pub(super) fn transmit_sized(
+        &self,
+        batch: &mut Fifo<P>,
+        bytes_before: u64,
+        bypass: bool,
+        to_free: &mut ToFree<P>,
+    ) -> (usize, bool) {
         let to_free_len_before = to_free.len();
         let call = DriverCall {
             handed: batch.len(),
