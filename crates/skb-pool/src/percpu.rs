@@ -506,12 +506,21 @@ impl PoolInner {
             got = self.overflow.take_all().reverse();
         }
         if got.is_empty() {
-            let batch = self
-                .depot
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .pop();
-            got = batch.unwrap_or_default();
+            // Refill by half a cache (plus the frame returned), and leave the rest of the
+            // batch in the depot: carried through this CPU's hands to be stashed, it would be
+            // out of every other allocator's reach meanwhile, and one could find the pool
+            // "exhausted" with most of its frames free.
+            let mut depot = self.depot.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(mut batch) = depot.pop() {
+                let want = pc.cap.div_ceil(2) + 1;
+                while got.len() < want {
+                    let Some(f) = batch.pop_front() else { break };
+                    got.push_back(f);
+                }
+                if !batch.is_empty() {
+                    depot.push(batch);
+                }
+            }
         }
         if got.is_empty() {
             got = probe(

@@ -285,3 +285,43 @@ fn remote_frees_are_batched_per_freeing_cpu_and_partial_batches_are_reachable() 
         assert_eq!(pool.per_cpu_stats().cpus[1].outgoing, 0);
     }
 }
+
+/// Two CPUs' first allocations at once from a fresh pool: the depot's one batch must not be
+/// carried whole through one CPU's refill (it would be out of the other's reach while it is
+/// stashed, and the other would report `Exhausted` with 62 of 64 frames free). A refill takes
+/// half a cache and leaves the rest in the depot.
+#[test]
+fn first_allocations_on_two_cpus_at_once_both_succeed() {
+    for mode in modes() {
+        for round in 0..200 {
+            // The default cache_max (256) seeds the depot with one batch of all 64 frames.
+            let pool = Pool::builder()
+                .frame_count(64)
+                .cpus(2)
+                .per_cpu(mode)
+                .build()
+                .unwrap();
+            let start = std::sync::Barrier::new(2);
+            let got: Vec<Result<Skb, PoolError>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..2)
+                    .map(|cpu| {
+                        let (pool, start) = (&pool, &start);
+                        s.spawn(move || {
+                            pin(cpu);
+                            start.wait();
+                            pool.alloc()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for r in &got {
+                assert!(
+                    r.is_ok(),
+                    "{mode:?} round {round}: {:?} of 64 frames free",
+                    { pool.stats().free }
+                );
+            }
+        }
+    }
+}
