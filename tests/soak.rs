@@ -1,5 +1,5 @@
 //! Soak: everything that can go wrong, at once, for a while. Duration from `LOCKLESS_SOAK_SECS`
-//! (default 5 s; CI runs 60 s, the README shows 10 minutes).
+//! (default 5 s; CI runs 60 s, BENCHMARKS.md shows a run).
 //!
 //! 16 producers (on however few cores there are) send to three queues, one per strategy, each
 //! over a `Box<dyn Qdisc<Skb>>` that starts as `fq` and whose packets spread over 1000 flows.
