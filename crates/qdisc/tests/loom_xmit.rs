@@ -15,6 +15,14 @@ fn queue(builder: TxQueueBuilder) -> Arc<Txq> {
     Arc::new(builder.build(Pfifo::new(), RecordingDriver::new()).unwrap())
 }
 
+/// A recording driver that takes one packet per call, so a runner keeps the qdisc non-empty
+/// and goes round its loop.
+fn one_per_call() -> RecordingDriver<TestPacket> {
+    let mut driver = RecordingDriver::new();
+    driver.accept_per_call = Some(1);
+    driver
+}
+
 /// Both producers transmit; then, *without* any poll or flush, every packet must be in the
 /// driver or a drop counter: nothing stranded in the defer list, the qdisc or the requeue list.
 fn two_producers_nothing_stranded(builder: TxQueueBuilder, per_producer: u64) {
@@ -153,12 +161,10 @@ fn defer_list_batch_bypass_keeps_order() {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(2);
     model.check(|| {
-        let mut driver = RecordingDriver::new();
-        driver.accept_per_call = Some(1);
         two_producers_nothing_stranded_with(
             TxQueue::builder().strategy(Strategy::DeferList),
             2,
-            driver,
+            one_per_call(),
         )
     });
 }
@@ -212,8 +218,7 @@ fn defer_list_bulk_races_xmit() {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(2);
     model.check(|| {
-        let mut driver = RecordingDriver::new();
-        driver.accept_per_call = Some(1);
+        let driver = one_per_call();
         let q = Arc::new(
             TxQueue::builder()
                 .strategy(Strategy::DeferList)
@@ -250,8 +255,7 @@ fn batched_drain_races_producers_and_deactivate() {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(2);
     model.check(|| {
-        let mut driver = RecordingDriver::new();
-        driver.accept_per_call = Some(1);
+        let driver = one_per_call();
         let q = Arc::new(
             TxQueue::builder()
                 .strategy(Strategy::DeferList)

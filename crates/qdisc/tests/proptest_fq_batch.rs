@@ -335,40 +335,25 @@ fn gc_fast_path_and_limits_inside_one_batch_match_per_packet() {
         Op::Batch(flood),
         Op::Deq(50),
     ];
-    for (enqueue_distance, dequeue_distance) in [(0, 0), (1, 1), (8, 8), (32, 64)] {
-        let o = Opts {
-            hz: 1000,
-            buckets_log: 1,
-            limit: 500,
-            flow_limit: 10,
-            maxrate: None,
-            initial_quantum: 3000,
-            horizon_drop: true,
-            offload_us: 0,
-            max_flows: None,
-            enqueue_distance,
-            dequeue_distance,
-        };
-        check(&o, &ops).unwrap();
+    let opts = |enqueue_distance, dequeue_distance| Opts {
+        hz: 1000,
+        buckets_log: 1,
+        limit: 500,
+        flow_limit: 10,
+        maxrate: None,
+        initial_quantum: 3000,
+        horizon_drop: true,
+        offload_us: 0,
+        max_flows: None,
+        enqueue_distance,
+        dequeue_distance,
+    };
+    for (e, d) in [(0, 0), (1, 1), (8, 8), (32, 64)] {
+        check(&opts(e, d), &ops).unwrap();
     }
     // The scenario does exercise GC and the fast path (so the comparison above means something).
     let c = clock();
-    let mut q = build(
-        &Opts {
-            hz: 1000,
-            buckets_log: 1,
-            limit: 500,
-            flow_limit: 10,
-            maxrate: None,
-            initial_quantum: 3000,
-            horizon_drop: true,
-            offload_us: 0,
-            max_flows: None,
-            enqueue_distance: 8,
-            dequeue_distance: 8,
-        },
-        &c,
-    );
+    let mut q = build(&opts(8, 8), &c);
     let mut tf = ToFree::new();
     let mut id = 0;
     for op in &ops {

@@ -73,6 +73,7 @@ pub struct RseqCs {
 }
 
 /// What a critical section reports.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
     /// Committed.
@@ -89,6 +90,7 @@ pub(crate) enum Status {
 
 /// The per-CPU cache a section works on: its commit word, its item array of `cap` slots, and
 /// the pool's `dying` byte.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
 #[derive(Clone, Copy)]
 pub(crate) struct CacheRef {
     pub(crate) word: *mut u64,
