@@ -21,7 +21,9 @@ use llist_defer::Fifo;
 
 use super::Fq;
 use crate::packet::Packet;
-use crate::qdisc::{BatchVerdict, Qdisc, ToFree};
+#[cfg(doc)]
+use crate::qdisc::Qdisc;
+use crate::qdisc::{BatchVerdict, ToFree};
 
 /// Flow keys computed ahead of the enqueue pipeline (a power of two, at least twice the largest
 /// distance, so a refill serves at least `KEYS / 2` packets).
@@ -91,10 +93,12 @@ impl<P: Packet> Fq<P> {
         to_free: &mut ToFree<P>,
     ) -> BatchVerdict {
         let mut v = BatchVerdict::default();
+        // The batch arrives at one instant: one clock read for all its packets.
+        let now = self.clock.now_ns();
         let k = self.prefetch.enqueue;
         if k == 0 || batch.len() <= 1 || self.table.len() < self.prefetch.min_flows {
             while let Some(pkt) = batch.pop_front() {
-                v.record(self.fq_enqueue(pkt, to_free));
+                v.record(self.fq_enqueue_at(pkt, now, to_free));
             }
             return v;
         }
@@ -123,14 +127,15 @@ impl<P: Packet> Fq<P> {
             if i + half < total {
                 self.table.prefetch_flow_of(keys[(i + half) % KEYS]);
             }
-            v.record(self.fq_enqueue(pkt, to_free));
+            v.record(self.fq_enqueue_at(pkt, now, to_free));
             i += 1;
         }
         v
     }
 
     /// [`Qdisc::dequeue_batch`] with the round robin's look-ahead: [`Qdisc::dequeue`] per
-    /// packet (one clock read each, as the kernel's `fq_dequeue`), prefetches between them.
+    /// packet, all at the instant of the batch's first clock read (the kernel's `fq_dequeue`
+    /// reads it once per call; a batch is one call), prefetches between them.
     pub(super) fn fq_dequeue_batch(&mut self, out: &mut Fifo<P>, max: usize) -> usize {
         let d = if self.table.len() < self.prefetch.min_flows {
             0
@@ -138,11 +143,12 @@ impl<P: Packet> Fq<P> {
             self.prefetch.dequeue
         };
         let mut n = 0;
+        let mut now = None;
         while n < max {
             if d != 0 {
                 self.prefetch_round_robin(d);
             }
-            let Some(pkt) = Qdisc::dequeue(self) else {
+            let Some(pkt) = self.dequeue_at(&mut now) else {
                 break;
             };
             out.push_back(pkt);

@@ -22,14 +22,21 @@ impl<P: Packet> Fq<P> {
         Verdict::Dropped(reason)
     }
 
+    /// `fq_enqueue` at the current time.
+    #[inline]
     pub(super) fn fq_enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
+        let now = self.clock.now_ns();
+        self.fq_enqueue_at(pkt, now, to_free)
+    }
+
+    /// `fq_enqueue` with `now` read by the caller (a batch reads the clock once).
+    pub(super) fn fq_enqueue_at(&mut self, pkt: P, now: u64, to_free: &mut ToFree<P>) -> Verdict {
         let band = self.band_of(pkt.priority());
         if self.band_pkt_count[band] >= self.cfg.limit {
             self.counters.band_drops[band] += 1;
             return self.drop(pkt, to_free, DropReason::FqBandLimit);
         }
 
-        let now = self.clock.now_ns();
         let cb = match pkt.tstamp() {
             // A zero stamp is "no stamp", as `skb->tstamp == 0` is in the kernel.
             None | Some(0) => PktCb {

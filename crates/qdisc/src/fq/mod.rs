@@ -483,6 +483,24 @@ impl<P: Packet> Fq<P> {
     }
 }
 
+impl<P: Packet> Fq<P> {
+    /// [`Qdisc::dequeue`] at the instant in `now`, read from the clock and left there if it
+    /// holds none yet (see [`fq_dequeue_at`](Self::fq_dequeue_at)).
+    #[inline]
+    fn dequeue_at(&mut self, now: &mut Option<u64>) -> Option<P> {
+        let pkt = match self.stash.pop_front() {
+            Some(p) => p,
+            None => self.fq_dequeue_at(now)?,
+        };
+        let len = pkt.len() as u64;
+        self.qlen -= 1;
+        self.backlog -= len;
+        self.stats.bytes += len;
+        self.stats.packets += 1;
+        Some(pkt)
+    }
+}
+
 pub use config::FqBuilder;
 
 impl<P: Packet> Qdisc<P> for Fq<P> {
@@ -503,16 +521,7 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
     }
 
     fn dequeue(&mut self) -> Option<P> {
-        let pkt = match self.stash.pop_front() {
-            Some(p) => p,
-            None => self.fq_dequeue()?,
-        };
-        let len = pkt.len() as u64;
-        self.qlen -= 1;
-        self.backlog -= len;
-        self.stats.bytes += len;
-        self.stats.packets += 1;
-        Some(pkt)
+        self.dequeue_at(&mut None)
     }
 
     fn peek(&mut self) -> Option<NodeRef<'_, P>> {
