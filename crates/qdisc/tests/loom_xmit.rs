@@ -244,21 +244,22 @@ fn defer_list_bulk_races_xmit() {
     });
 }
 
-/// (4) The batched drain (`qdisc_batch`, the default): two producers each push a burst of two
-/// onto the defer list (no early bypass, no batch bypass, so every drained chain of several
-/// goes through `Qdisc::enqueue_batch` and out through `Qdisc::dequeue_batch`), a driver that
-/// takes one packet per call keeps the qdisc non-empty, and a deactivate races them all. Every
-/// packet is sent or dropped with a reason, each producer's packets leave in order, and
-/// nothing is stranded in the defer list, the qdisc or the requeue list.
-#[test]
-fn batched_drain_races_producers_and_deactivate() {
+/// (4) The batched drain (`qdisc_batch`, the default): two producers each send a burst of two
+/// (no early bypass, no batch bypass, so every chain of several goes through
+/// `Qdisc::enqueue_batch` and out through `Qdisc::dequeue_batch`): with DeferList onto the
+/// defer list, drained as one chain; with BusyLock under the busylock and the root lock, one
+/// batch enqueue each. A driver that takes one packet per call keeps the qdisc non-empty, and
+/// a deactivate races them all. Every packet is sent or dropped with a reason, each producer's
+/// packets leave in order, and nothing is stranded in the defer list, the qdisc or the
+/// requeue list.
+fn batched_drain_races_producers_and_deactivate(strategy: Strategy) {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(2);
-    model.check(|| {
+    model.check(move || {
         let driver = one_per_call();
         let q = Arc::new(
             TxQueue::builder()
-                .strategy(Strategy::DeferList)
+                .strategy(strategy)
                 .early_bypass(false)
                 .batch_bypass(false)
                 .qdisc_batch(true)
@@ -279,6 +280,16 @@ fn batched_drain_races_producers_and_deactivate() {
         let (_, stats) = all_out_in_order(&q, 4);
         assert!(stats.drops_for(DropReason::Deactivated) >= deactivated);
     });
+}
+
+#[test]
+fn defer_list_batched_drain_races_producers_and_deactivate() {
+    batched_drain_races_producers_and_deactivate(Strategy::DeferList);
+}
+
+#[test]
+fn busylock_batch_enqueue_races_producers_and_deactivate() {
+    batched_drain_races_producers_and_deactivate(Strategy::BusyLock);
 }
 
 /// (5) A burst sent by its own producer (`self_send_burst`) racing another producer's first

@@ -236,8 +236,10 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// burst of at least [`self_send_burst`](TxQueueBuilder::self_send_burst) packets (16 by
     /// default) does not push: its producer waits for the root lock and sends it itself, from
     /// its own cache, as a mutex user would (under contention a runner on another core would
-    /// otherwise read every packet and free every frame remotely). The
-    /// other strategies send the packets one by one through `xmit`'s path, as the kernel would.
+    /// otherwise read every packet and free every frame remotely). With
+    /// [`Strategy::BusyLock`] the burst takes the busylock and the root lock once and goes to
+    /// the qdisc in one [`Qdisc::enqueue_batch`] (or bypasses it whole). The NoLock strategies
+    /// send the packets one by one through `xmit`'s path, as the kernel would.
     ///
     /// The packets keep their order, among themselves and after this thread's earlier calls.
     /// Allocation-free: the packets are linked through their own links.
@@ -284,14 +286,17 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     fn xmit_bulk_inner(&self, mut batch: Fifo<P>, bytes: u64) -> usize {
         let mut dropped = self.dropped();
         let to_free = &mut dropped.list;
-        if batch.len() <= 1 || self.cfg.strategy != Strategy::DeferList {
-            let mut n = 0;
-            while let Some(p) = batch.pop_front() {
-                n += usize::from(matches!(self.xmit_one(p, to_free), Verdict::Dropped(_)));
+        match self.cfg.strategy {
+            Strategy::DeferList if batch.len() > 1 => self.xmit_defer_batch(batch, bytes, to_free),
+            Strategy::BusyLock if batch.len() > 1 => self.xmit_busylock_batch(batch, to_free),
+            _ => {
+                let mut n = 0;
+                while let Some(p) = batch.pop_front() {
+                    n += usize::from(matches!(self.xmit_one(p, to_free), Verdict::Dropped(_)));
+                }
+                n
             }
-            return n;
         }
-        self.xmit_defer_batch(batch, bytes, to_free)
     }
 
     #[inline]

@@ -12,7 +12,7 @@
 use llist_defer::Fifo;
 
 use crate::packet::{DropReason, Packet};
-use crate::qdisc::{Qdisc, ToFree, Verdict};
+use crate::qdisc::{BatchVerdict, Qdisc, ToFree, Verdict};
 use crate::sync::{MutexGuard, Ordering};
 
 use super::config::Strategy;
@@ -159,41 +159,54 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         self.running.load(Ordering::Relaxed) & RUNNING != 0
     }
 
-    /// Enqueues `batch` in order (dropping it if deactivated); returns the last verdict. With
-    /// `qdisc_batch` on, a batch of several goes to [`Qdisc::enqueue_batch`] whole (exact
-    /// per-packet semantics); otherwise, and for a single packet, one `enqueue` each. A
-    /// panicking qdisc costs the packets in hand, counted (see [`InHand`]): those still in the
-    /// batch and the one in the qdisc's hands (`enqueue_batch`'s promise).
+    /// Enqueues `batch` in order (dropping it if deactivated); returns the last verdict (see
+    /// [`enqueue_counted`](Self::enqueue_counted)).
+    #[inline]
     pub(super) fn enqueue_all(
         &self,
         root: &mut Root<P, Q>,
         batch: Fifo<P>,
         to_free: &mut ToFree<P>,
     ) -> Verdict {
+        self.enqueue_counted(root, batch, to_free)
+            .last
+            .unwrap_or(Verdict::Success)
+    }
+
+    /// Enqueues `batch` in order (dropping it if deactivated) and counts the verdicts. With
+    /// `qdisc_batch` on, a batch of several goes to [`Qdisc::enqueue_batch`] whole (exact
+    /// per-packet semantics); otherwise, and for a single packet, one `enqueue` each. A
+    /// panicking qdisc costs the packets in hand, counted (see [`InHand`]): those still in the
+    /// batch and the one in the qdisc's hands (`enqueue_batch`'s promise).
+    pub(super) fn enqueue_counted(
+        &self,
+        root: &mut Root<P, Q>,
+        batch: Fifo<P>,
+        to_free: &mut ToFree<P>,
+    ) -> BatchVerdict {
         let mut hand = InHand {
             txq: self,
             batch,
             in_call: 0,
         };
+        let mut v = BatchVerdict::default();
         if root.deactivated {
             while let Some(p) = hand.batch.pop_front() {
                 to_free.drop_packet(p, DropReason::Deactivated);
+                v.record(Verdict::Dropped(DropReason::Deactivated));
             }
-            return Verdict::Dropped(DropReason::Deactivated);
+            return v;
         }
         hand.in_call = 1;
-        let rc = if self.cfg.qdisc_batch && hand.batch.len() > 1 {
-            let v = root.qdisc.enqueue_batch(&mut hand.batch, to_free);
-            v.last.unwrap_or(Verdict::Success)
+        if self.cfg.qdisc_batch && hand.batch.len() > 1 {
+            v = root.qdisc.enqueue_batch(&mut hand.batch, to_free);
         } else {
-            let mut rc = Verdict::Success;
             while let Some(p) = hand.batch.pop_front() {
-                rc = root.qdisc.enqueue(p, to_free);
+                v.record(root.qdisc.enqueue(p, to_free));
             }
-            rc
-        };
+        }
         hand.in_call = 0;
-        rc
+        v
     }
 
     /// `dequeue_skb`: requeued packets first, then the qdisc, at most `max` in `batch`; with
