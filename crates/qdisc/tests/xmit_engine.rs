@@ -327,6 +327,7 @@ fn bulk_keeps_order_and_goes_to_an_idle_driver_in_one_call() {
             "{s}"
         );
         let calls = q.with_driver(|d| d.calls);
+        assert_eq!(st.driver_calls, calls as u64, "{s}");
         if matches!(s, Strategy::DeferList | Strategy::BusyLock) {
             assert_eq!(calls, 3, "{s}: one driver call per batch");
         } else {
@@ -342,22 +343,33 @@ fn bulk_keeps_order_and_goes_to_an_idle_driver_in_one_call() {
 #[test]
 fn busylock_bulk_behind_a_runner_keeps_per_packet_verdicts() {
     // While the driver is held the run role is taken, so the burst cannot bypass: it takes
-    // the busylock and the root lock once and goes to the qdisc (limit 10) whole. pfifo's
-    // tail drop (`qdisc_drop` past `sch->limit`) refuses the last 6, as 16 `xmit`s would.
-    let q: Txq = TxQueue::builder()
-        .strategy(Strategy::BusyLock)
-        .build(
-            FifoBuilder::pfifo().limit(10).build().unwrap(),
-            RecordingDriver::new(),
-        )
-        .unwrap();
-    let v = q.with_driver(|_| q.xmit_bulk((0..16).map(|id| TestPacket::new(id, 100))));
-    assert_eq!((v.handed_on, v.dropped), (10, 6));
-    assert_eq!(sent_ids(&q), (0..10).collect::<Vec<_>>());
-    let st = q.stats();
-    assert_eq!(st.drops_for(DropReason::QdiscOverlimit), 6);
-    assert_eq!((st.sent, st.bypass), (10, 0));
-    assert_eq!(q.qdisc_stats().drops, 6);
+    // the busylock and the root lock once and goes to the qdisc (limit 10) whole, or packet by
+    // packet with the per-packet runner. pfifo's tail drop (`qdisc_drop` past `sch->limit`)
+    // refuses the last 6 either way, as 16 `xmit`s would.
+    for qdisc_batch in [true, false] {
+        let q: Txq = TxQueue::builder()
+            .strategy(Strategy::BusyLock)
+            .qdisc_batch(qdisc_batch)
+            .build(
+                FifoBuilder::pfifo().limit(10).build().unwrap(),
+                RecordingDriver::new(),
+            )
+            .unwrap();
+        let v = q.with_driver(|_| q.xmit_bulk((0..16).map(|id| TestPacket::new(id, 100))));
+        assert_eq!((v.handed_on, v.dropped), (10, 6));
+        assert_eq!(sent_ids(&q), (0..10).collect::<Vec<_>>());
+        let st = q.stats();
+        assert_eq!(st.drops_for(DropReason::QdiscOverlimit), 6);
+        assert_eq!((st.sent, st.bypass), (10, 0));
+        assert_eq!(q.qdisc_stats().drops, 6);
+        let calls = if qdisc_batch { 1 } else { 16 };
+        assert_eq!(
+            (st.enqueued, st.enqueue_calls),
+            (16, calls),
+            "{qdisc_batch}"
+        );
+        assert_eq!(st.driver_calls, q.with_driver(|d| d.calls) as u64);
+    }
 }
 
 #[test]

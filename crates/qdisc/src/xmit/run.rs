@@ -198,13 +198,17 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             return v;
         }
         hand.in_call = 1;
-        if self.cfg.qdisc_batch && hand.batch.len() > 1 {
+        let n = hand.batch.len() as u64;
+        if self.cfg.qdisc_batch && n > 1 {
+            self.counters.enqueue_calls.add_by_runner(1);
             v = root.qdisc.enqueue_batch(&mut hand.batch, to_free);
         } else {
+            self.counters.enqueue_calls.add_by_runner(n);
             while let Some(p) = hand.batch.pop_front() {
                 v.record(root.qdisc.enqueue(p, to_free));
             }
         }
+        self.counters.enqueued.add_by_runner(n);
         hand.in_call = 0;
         v
     }
@@ -266,6 +270,9 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         let res = unsafe {
             self.driver_mut(|d| (!d.is_stopped()).then(|| d.xmit(call.batch, call.to_free)))
         };
+        if res.is_some() {
+            self.counters.driver_calls.add_by_runner(1);
+        }
         drop(call);
         let Some(res) = res else {
             self.counters.driver_stops.add_by_runner(1);

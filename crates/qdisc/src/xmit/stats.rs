@@ -99,6 +99,12 @@ pub(crate) struct XmitCounters {
     pub(crate) helped_drains: Counter,
     pub(crate) overflow_waits: Counter,
     pub(crate) driver_stops: Counter,
+    /// Enqueue calls into the qdisc (a batch is one) and the packets they offered; written
+    /// under the root lock, whose hand-over orders them as the run role orders `sent`.
+    pub(crate) enqueue_calls: Counter,
+    pub(crate) enqueued: Counter,
+    /// Driver calls that reached the driver (runner or bypass holder only).
+    pub(crate) driver_calls: Counter,
     pub(crate) latency: Option<Log2Histogram>,
 }
 
@@ -119,6 +125,9 @@ impl XmitCounters {
             helped_drains: Counter::default(),
             overflow_waits: Counter::default(),
             driver_stops: Counter::default(),
+            enqueue_calls: Counter::default(),
+            enqueued: Counter::default(),
+            driver_calls: Counter::default(),
             latency: latency.then(Log2Histogram::new),
         }
     }
@@ -145,6 +154,9 @@ impl XmitCounters {
             helped_drains: self.helped_drains.get(),
             overflow_waits: self.overflow_waits.get(),
             driver_stops: self.driver_stops.get(),
+            enqueue_calls: self.enqueue_calls.get(),
+            enqueued: self.enqueued.get(),
+            driver_calls: self.driver_calls.get(),
             latency_ns: self.latency.as_ref().map(Log2Histogram::snapshot),
         }
     }
@@ -181,6 +193,14 @@ pub struct XmitStats {
     pub overflow_waits: u64,
     /// Times the driver reported its queue stopped.
     pub driver_stops: u64,
+    /// Calls into the qdisc's enqueue: one per packet, or one per batch
+    /// ([`Qdisc::enqueue_batch`](crate::Qdisc::enqueue_batch), with `qdisc_batch` on).
+    pub enqueue_calls: u64,
+    /// Packets offered to the qdisc (bypassed packets are not).
+    pub enqueued: u64,
+    /// Calls into [`Driver::xmit`](crate::Driver::xmit) (`sent / driver_calls` is the mean
+    /// batch the driver saw).
+    pub driver_calls: u64,
     /// Log2 histogram of `xmit` call latency in ns, if enabled: one call in
     /// [`LATENCY_SAMPLE_EVERY`] per thread is timed.
     pub latency_ns: Option<[u64; BUCKETS]>,
@@ -250,6 +270,17 @@ impl fmt::Display for XmitStats {
             self.requeues,
             self.reschedules,
             self.driver_stops
+        )?;
+        writeln!(
+            f,
+            "batches: {} packets in {} enqueue calls ({:.2} a call), {} packets in {} driver \
+             calls ({:.2} a call)",
+            self.enqueued,
+            self.enqueue_calls,
+            self.enqueued as f64 / self.enqueue_calls.max(1) as f64,
+            self.sent,
+            self.driver_calls,
+            self.sent as f64 / self.driver_calls.max(1) as f64
         )?;
         write!(f, "drops: {}", self.dropped())?;
         for r in DropReason::ALL {
