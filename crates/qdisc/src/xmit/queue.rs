@@ -82,7 +82,8 @@ pub struct BulkVerdict {
     /// drop one; it is then counted in the queue's stats, as for [`Verdict::Success`]).
     pub handed_on: usize,
     /// Packets dropped here and now (burst limit, deactivated queue, or the qdisc's verdict
-    /// under the strategies that send one by one), each counted with its reason.
+    /// where the caller enqueues them itself: BusyLock and NoLock), each counted with its
+    /// reason.
     pub dropped: usize,
 }
 
