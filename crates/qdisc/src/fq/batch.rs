@@ -159,10 +159,10 @@ impl<P: Packet> Fq<P> {
             return;
         };
         let list = self.list(sel);
-        for &idx in list.range(d.min(list.len())..(d + 2).min(list.len())) {
+        for idx in [list.get(d), list.get(d + 1)].into_iter().flatten() {
             self.table.prefetch(idx);
         }
-        if let Some(&idx) = list.get(d / 2) {
+        if let Some(idx) = list.get(d / 2) {
             self.table.prefetch_head_packet(idx);
         }
     }
