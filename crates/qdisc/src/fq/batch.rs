@@ -40,13 +40,14 @@ pub(super) const DEFAULT_ENQUEUE_DISTANCE: usize = 8;
 /// Default dequeue look-ahead (see [`DEFAULT_ENQUEUE_DISTANCE`]).
 pub(super) const DEFAULT_DEQUEUE_DISTANCE: usize = 8;
 /// Fewer live flows than this and the pipelines stay off: the table is then in the caches and
-/// the look-ahead only costs. Measured (fq on the manual clock, batches of 32, one packet per
-/// flow, pipelines at 8/8 against off): in the `qdisc` bench (`QDISC_BENCH_FQ_K=0,8`, 7 rounds)
-/// on/off 1.13 at 4 096 flows, 1.05 at 8 192, 0.96 at 16 384 (best rounds), 0.83 at 32 768; in
-/// one qdisc alone (thread CPU time, 5 rounds) 1.17, 1.15, 1.05 and 0.94. The two cross
-/// between 16 384 and 32 768; the bench, whose other variants evict the table as the rest of a
-/// system would, at 16 384.
-pub(super) const PIPELINE_MIN_FLOWS: usize = 16384;
+/// the look-ahead only costs. Where the pipelines start to pay depends on what else uses the
+/// caches. Measured (fq on the manual clock, batches of 32, one packet per flow): one qdisc
+/// alone (thread CPU time, 5 rounds, pipelines 8/8 against off) 1.15x slower at 8 192 flows,
+/// 1.05x at 16 384, 0.94x at 32 768; the fq-only `qdisc` bench (`QDISC_BENCH_FQ_K=0,8`)
+/// 1.05x slower at 8 192, 0.96x at 16 384; the full `qdisc` bench, whose eleven variants evict
+/// each other's tables as the rest of a system would, loop/batch 1.29x at 10 000 flows with
+/// the pipelines on (1.00x with them off). So they start at 8 192.
+pub(super) const PIPELINE_MIN_FLOWS: usize = 8192;
 
 /// The prefetch distances of the batched paths (0: no prefetch), and the number of live flows
 /// from which they run.
@@ -72,7 +73,7 @@ impl<P: Packet> Fq<P> {
     /// flow line being loaded at half of it; at most 32) and
     /// [`dequeue_batch`](Qdisc::dequeue_batch) (`dequeue` flows ahead in the round robin, at
     /// most 64); 0 turns a pipeline off, larger values are clamped. By default both run only
-    /// while the table holds at least 16384 flows; after this call, at any number. Only speed
+    /// while the table holds at least 8192 flows; after this call, at any number. Only speed
     /// changes, never a result. For tuning with the `qdisc` bench and for tests.
     #[doc(hidden)]
     pub fn set_prefetch_distances(&mut self, enqueue: usize, dequeue: usize) {
