@@ -42,8 +42,13 @@ pub(super) const DEFAULT_ENQUEUE_DISTANCE: usize = 8;
 /// Default dequeue look-ahead (see [`DEFAULT_ENQUEUE_DISTANCE`]).
 pub(super) const DEFAULT_DEQUEUE_DISTANCE: usize = 8;
 /// Fewer live flows than this and the pipelines stay off: the table is then in the caches and
-/// the look-ahead only costs (measured on the `qdisc` bench: batched / loop 0.85 at 4 000 flows,
-/// 1.12 at 16 000).
+/// the look-ahead only costs. Where the pipelines start to pay depends on what else uses the
+/// caches. Measured (fq on the manual clock, batches of 32, one packet per flow): one qdisc
+/// alone (thread CPU time, 5 rounds, pipelines 8/8 against off) 1.15x slower at 8 192 flows,
+/// 1.05x at 16 384, 0.94x at 32 768; the fq-only `qdisc` bench (`QDISC_BENCH_FQ_K=0,8`)
+/// 1.05x slower at 8 192, 0.96x at 16 384; the full `qdisc` bench, whose eleven variants evict
+/// each other's tables as the rest of a system would, loop/batch 1.29x at 10 000 flows with
+/// the pipelines on (1.00x with them off). So they start at 8 192.
 pub(super) const PIPELINE_MIN_FLOWS: usize = 8192;
 
 /// The prefetch distances of the batched paths (0: no prefetch), and the number of live flows
@@ -165,10 +170,10 @@ impl<P: Packet> Fq<P> {
             return;
         };
         let list = self.list(sel);
-        for &idx in list.range(d.min(list.len())..(d + 2).min(list.len())) {
+        for idx in [list.get(d), list.get(d + 1)].into_iter().flatten() {
             self.table.prefetch(idx);
         }
-        if let Some(&idx) = list.get(d / 2) {
+        if let Some(idx) = list.get(d / 2) {
             self.table.prefetch_head_packet(idx);
         }
     }

@@ -117,7 +117,7 @@ impl<P: Packet> Fq<P> {
                 // Nothing eligible: the caller's watchdog fires at `next_wakeup()`.
                 return None;
             };
-            let &idx = self.list(sel).front()?;
+            let idx = self.list(sel).front()?;
             retry = 0;
             if self.table.get(idx).credit <= 0 {
                 let f = self.table.get_mut(idx);
@@ -149,7 +149,7 @@ impl<P: Packet> Fq<P> {
             }
             // The round robin goes on to this flow's successor: with many flows it has left the
             // cache since its last turn, so start loading it now.
-            if let Some(&next) = self.list(sel).get(1) {
+            if let Some(next) = self.list(sel).get(1) {
                 self.table.prefetch(next);
             }
             let (f, cold) = self.table.both_mut(idx);

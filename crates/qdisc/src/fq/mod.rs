@@ -15,8 +15,9 @@
 //! builder validates, the flow index resized for a new `buckets`, and packets over a lowered
 //! `limit` dropped.
 //!
-//! Files: `flow` (one flow's packets), `table` (flow lookup and per-bucket GC), `enqueue` and
-//! `dequeue` (the scheduler), `batch` (the batched paths' prefetch pipelines), `pacing` (the delay formula), `jiffies` (the coarse clock of flow
+//! Files: `flow` (one flow's packets), `flow_list` (a band's round-robin list), `table` (flow
+//! lookup and per-bucket GC), `enqueue` and `dequeue` (the scheduler), `batch` (the batched
+//! paths' prefetch pipelines), `pacing` (the delay formula), `jiffies` (the coarse clock of flow
 //! ages), `stats`, `config` (builder), `change` (live reconfiguration).
 //!
 //! Integer types and wraps are the kernel's: credits are `int` and wrap (the kernel builds with
@@ -27,7 +28,7 @@
 
 use core::fmt;
 use core::time::Duration;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use llist_defer::{Fifo, NodeRef};
@@ -49,6 +50,8 @@ mod dequeue;
 mod enqueue;
 /// One flow's packet queue and state.
 mod flow;
+/// A band's round-robin list of flows: a ring of flow indices.
+mod flow_list;
 /// Jiffies and the kernel's conversions.
 mod jiffies;
 /// The pacing delay.
@@ -63,6 +66,7 @@ mod tests;
 
 use config::{FQ_BANDS, FqConfig};
 use flow::{Flow, FlowCold, FlowState};
+use flow_list::FlowList;
 pub use jiffies::{FQ_DEFAULT_HZ, FQ_HZ_CHOICES};
 use stats::{Counters, FqStats};
 use table::FlowTable;
@@ -73,13 +77,6 @@ enum ListSel {
     New,
     Old,
 }
-
-/// A round-robin list of flows by index (`struct fq_flow_head`), as a ring of indices rather
-/// than links through the flows: appending a flow does not write its predecessor's line, and a
-/// dequeue knows the flows after the head without reading them, so it can start loading them
-/// (see `batch`). The kernel's lists are only ever appended to and popped from the front, so a
-/// ring holds the same sequence.
-type FlowList = VecDeque<u32>;
 
 /// One band's lists and WRR credit (`struct fq_perband_flows`).
 #[derive(Debug, Clone)]
@@ -334,6 +331,7 @@ impl<P: Packet> Fq<P> {
     }
 
     /// Appends flow `idx` to its band's new or old list (`fq_flow_add_tail`).
+    #[inline]
     fn flow_add_tail(&mut self, idx: u32, sel: ListSel) {
         let f = self.table.get_mut(idx);
         f.state = FlowState::Listed;
@@ -456,7 +454,7 @@ impl<P: Packet> Fq<P> {
         }
         let mut listed = 0u32;
         for b in &self.bands {
-            for &i in b.new_flows.iter().chain(&b.old_flows) {
+            for i in b.new_flows.iter().chain(b.old_flows.iter()) {
                 listed += 1;
                 if listed > live {
                     return Err("a flow is on the round-robin lists twice".into());
