@@ -148,7 +148,7 @@ impl<P: Packet> Fq<P> {
             self.prefetch.dequeue
         };
         let mut n = 0;
-        let mut now = None;
+        let mut now = super::dequeue::BatchTime::default();
         while n < max {
             if d != 0 {
                 self.prefetch_round_robin(d);

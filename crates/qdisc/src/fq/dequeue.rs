@@ -1,10 +1,12 @@
 //! `fq_dequeue`, `fq_check_throttled` and `fq_pband_head_select`: the internal queue first,
 //! then release due throttled flows, then weighted round robin over the bands and deficit round
-//! robin over each band's new and old flows, then pacing.
+//! robin over each band's new and old flows, then pacing. A dequeue takes `now` from a [`Now`]:
+//! the clock on each call ([`ReadEach`]) or once for a whole batch ([`BatchTime`]).
 
 use super::config::FQ_BANDS;
 use super::pacing::pace;
 use super::{Fq, ListSel};
+use crate::clock::Clock;
 use crate::packet::Packet;
 
 impl<P: Packet> Fq<P> {
@@ -69,13 +71,13 @@ impl<P: Packet> Fq<P> {
     /// The next packet to send now, with all of FQ's bookkeeping except the generic stats.
     #[inline]
     pub(super) fn fq_dequeue(&mut self) -> Option<P> {
-        self.fq_dequeue_at(&mut None)
+        self.fq_dequeue_at(&mut ReadEach)
     }
 
-    /// [`fq_dequeue`](Self::fq_dequeue) reading the clock only if `now` holds no time yet, and
-    /// leaving the time it used there: a batch reads the clock once (at its first dequeue that
-    /// gets past the empty and internal checks) and serves all its packets at that instant.
-    pub(super) fn fq_dequeue_at(&mut self, now: &mut Option<u64>) -> Option<P> {
+    /// [`fq_dequeue`](Self::fq_dequeue) at the time `now` gives (read where the kernel reads
+    /// it, after the empty and internal checks): [`ReadEach`] reads the clock, a [`BatchTime`]
+    /// reads it once for a whole batch.
+    pub(super) fn fq_dequeue_at<N: Now>(&mut self, now: &mut N) -> Option<P> {
         if self.qlen == self.stash.len() {
             return None;
         }
@@ -85,7 +87,7 @@ impl<P: Packet> Fq<P> {
             return Some(pkt);
         }
 
-        let now = *now.get_or_insert_with(|| self.clock.now_ns());
+        let now = now.get(&*self.clock);
         self.check_throttled(now);
         let mut retry = 0;
         loop {
@@ -206,5 +208,32 @@ impl<P: Packet> Fq<P> {
             }
             return Some(pkt);
         }
+    }
+}
+
+/// Where a dequeue takes `now` from.
+pub(super) trait Now {
+    fn get(&mut self, clock: &dyn Clock) -> u64;
+}
+
+/// Every dequeue reads the clock (`fq_dequeue`, one call a packet).
+pub(super) struct ReadEach;
+
+impl Now for ReadEach {
+    #[inline(always)]
+    fn get(&mut self, clock: &dyn Clock) -> u64 {
+        clock.now_ns()
+    }
+}
+
+/// A batch's time: read from the clock at the batch's first dequeue that needs it, then kept
+/// for the rest of the batch.
+#[derive(Default)]
+pub(super) struct BatchTime(Option<u64>);
+
+impl Now for BatchTime {
+    #[inline(always)]
+    fn get(&mut self, clock: &dyn Clock) -> u64 {
+        *self.0.get_or_insert_with(|| clock.now_ns())
     }
 }

@@ -482,10 +482,9 @@ impl<P: Packet> Fq<P> {
 }
 
 impl<P: Packet> Fq<P> {
-    /// [`Qdisc::dequeue`] at the instant in `now`, read from the clock and left there if it
-    /// holds none yet (see [`fq_dequeue_at`](Self::fq_dequeue_at)).
+    /// [`Qdisc::dequeue`] at the time `now` gives (see [`fq_dequeue_at`](Self::fq_dequeue_at)).
     #[inline]
-    fn dequeue_at(&mut self, now: &mut Option<u64>) -> Option<P> {
+    fn dequeue_at<N: dequeue::Now>(&mut self, now: &mut N) -> Option<P> {
         let pkt = match self.stash.pop_front() {
             Some(p) => p,
             None => self.fq_dequeue_at(now)?,
@@ -519,7 +518,7 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
     }
 
     fn dequeue(&mut self) -> Option<P> {
-        self.dequeue_at(&mut None)
+        self.dequeue_at(&mut dequeue::ReadEach)
     }
 
     fn peek(&mut self) -> Option<NodeRef<'_, P>> {
