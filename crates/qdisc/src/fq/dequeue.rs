@@ -1,7 +1,7 @@
 //! `fq_dequeue`, `fq_check_throttled` and `fq_pband_head_select`: the internal queue first,
 //! then release due throttled flows, then weighted round robin over the bands and deficit round
-//! robin over each band's new and old flows, then pacing. A dequeue takes `now` from a [`Now`]:
-//! the clock on each call ([`ReadEach`]) or once for a whole batch ([`BatchTime`]).
+//! robin over each band's new and old flows, then pacing. A dequeue takes `now` from a `Now`:
+//! the clock on each call (`ReadEach`) or once for a whole batch (`BatchTime`).
 
 use super::config::FQ_BANDS;
 use super::pacing::pace;
