@@ -329,16 +329,25 @@ impl Local {
     }
 }
 
-/// Frees a frame from an `Skb` drop: through this thread's handle for its pool if there is one,
-/// else alone (the handle-less remote free).
+/// Frees a frame from an `Skb` drop: a per-CPU frame to its home CPU (inlined fast path), an
+/// owner's frame through this thread's handle for its pool if there is one, else alone (the
+/// handle-less remote free).
+#[inline]
 pub(crate) fn free_frame(frame: Frame) {
-    let pool = frame.meta().pool;
     if frame.owner() & crate::percpu::HOME_FLAG != 0 {
+        let pool = frame.meta().pool;
         // SAFETY: the frame is exclusively ours (its `Skb` is being dropped), in use, stamped by
         // the per-CPU path, and carries a reference to its pool, which is therefore alive.
         unsafe { PoolInner::percpu_free(NonNull::new_unchecked(pool.cast_mut()), frame) };
         return;
     }
+    free_owned(frame);
+}
+
+/// [`free_frame`] of a frame a handle allocated.
+#[inline(never)]
+fn free_owned(frame: Frame) {
+    let pool = frame.meta().pool;
     let local = LOCALS
         .try_with(|head| {
             let mut cur = head.get();

@@ -306,6 +306,63 @@ impl PerCpuState {
         }
     }
 
+    /// One attempt of `op` on the current CPU's cache, for the inlined fast paths: `Some` if
+    /// it committed (the popped item, 0 for push, and the CPU), `None` for everything else —
+    /// no area, not on CPU `want`, a CPU past the table, an empty or full cache, a dying pool,
+    /// an abort (counted), a busy try-lock — after which the caller takes the full path
+    /// ([`run`](Self::run)), which starts over: an attempt that did not commit left no trace.
+    #[inline(always)]
+    fn try_fast(&self, want: Option<u32>, op: Op) -> Option<(usize, u32)> {
+        if self.mode != PerCpu::Rseq {
+            return match self.run_locked(want, op, false) {
+                Res::Done(item, cpu) => Some((item, cpu)),
+                Res::Refused(_) | Res::NotHere | Res::NoCache => None,
+            };
+        }
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        {
+            use crate::rseq::{self, Status};
+            let area = rseq::area()?;
+            let cpu = rseq::cpu(area);
+            if want.is_some_and(|w| w != cpu) {
+                return None;
+            }
+            let c = self.caches.get(cpu as usize)?;
+            let cache = rseq::CacheRef {
+                word: c.word.as_ptr(),
+                items: c.items.as_ptr().cast::<usize>().cast_mut(),
+                cap: self.cap as u64,
+                dying: self.dying.as_ptr().cast_const().cast::<u8>(),
+            };
+            // SAFETY: as in `run_rseq`: `area` is this thread's registered area; the word, the
+            // items (`cap` of them) and `dying` live as long as the pool, which the caller's
+            // reference keeps alive; in an Rseq pool only these sections, on CPU `cpu`, write
+            // them.
+            let (st, item) = unsafe {
+                match op {
+                    Op::Pop(d) => rseq::pop(area, cpu, cache, d),
+                    Op::Push(it, d) => (rseq::push(area, cpu, cache, it, d), 0),
+                    Op::Add(d) => (rseq::add(area, cpu, cache, d), 0),
+                }
+            };
+            if st == Status::Done {
+                return Some((item, cpu));
+            }
+            if st == Status::Abort {
+                self.count_abort();
+            }
+            None
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+        None
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn count_abort(&self) {
+        self.aborts.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The CPU the calling thread runs on, as this pool's mode reads it.
     fn cpu_now(&self) -> Option<u32> {
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
@@ -444,8 +501,34 @@ fn home_stamp(cpu: u32) -> u16 {
 impl PoolInner {
     /// `Pool::alloc`: a frame from this CPU's cache, else refilled, else the shared path.
     /// The frame is stamped, in use, and carries one pool reference.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn percpu_alloc(&self) -> Option<Frame> {
+        let pc = &self.percpu;
+        if let Some((item, cpu)) = pc.try_fast(None, Op::Pop(POP_ALLOC)) {
+            // SAFETY: the caches hold only addresses of this pool's metadata entries.
+            let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+            // `try_fast` committed on CPU `cpu`, so it has a slot.
+            if pc.slots[cpu as usize].is_pending() {
+                self.drain_cpu(cpu as usize);
+            }
+            frame.init(home_stamp(cpu), self.cfg.headroom);
+            return Some(frame);
+        }
+        self.percpu_alloc_slow()
+    }
+
+    /// Moves CPU `cpu`'s kicked defer list into its cache (`skb_defer_free_flush`).
+    #[cold]
+    #[inline(never)]
+    fn drain_cpu(&self, cpu: usize) {
+        let chain = self.percpu.slots[cpu].drain();
+        self.stash(chain.reverse());
+    }
+
+    /// [`percpu_alloc`](Self::percpu_alloc) past its inlined attempt: every mode, every source.
+    #[cold]
+    #[inline(never)]
+    fn percpu_alloc_slow(&self) -> Option<Frame> {
         let pc = &self.percpu;
         let headroom = self.cfg.headroom;
         match pc.run(None, Op::Pop(POP_ALLOC)) {
@@ -453,8 +536,7 @@ impl PoolInner {
                 // SAFETY: the caches hold only addresses of this pool's metadata entries.
                 let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
                 if pc.slots[cpu as usize].is_pending() {
-                    let chain = pc.slots[cpu as usize].drain();
-                    self.stash(chain.reverse());
+                    self.drain_cpu(cpu as usize);
                 }
                 frame.init(home_stamp(cpu), headroom);
                 Some(frame)
@@ -588,6 +670,32 @@ impl PoolInner {
     /// [`percpu_alloc`](Self::percpu_alloc), carrying one reference to it.
     #[inline]
     pub(crate) unsafe fn percpu_free(this: NonNull<PoolInner>, frame: Frame) {
+        let home = frame.owner();
+        if home != NO_HOME {
+            frame.set_free();
+            // SAFETY: the frame's reference keeps the pool alive for this attempt; if it
+            // commits, the reference went with it and the pool is not touched again.
+            let pc = unsafe { &this.as_ref().percpu };
+            let push = Op::Push(frame.0.as_ptr() as usize, PUSH_FREE);
+            if pc
+                .try_fast(Some(u32::from(home & !HOME_FLAG)), push)
+                .is_some()
+            {
+                return;
+            }
+        }
+        // SAFETY: forwarded contract.
+        unsafe { PoolInner::percpu_free_slow(this, frame) };
+    }
+
+    /// [`percpu_free`](Self::percpu_free) past its inlined attempt.
+    ///
+    /// # Safety
+    ///
+    /// As [`percpu_free`](Self::percpu_free).
+    #[cold]
+    #[inline(never)]
+    unsafe fn percpu_free_slow(this: NonNull<PoolInner>, frame: Frame) {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;

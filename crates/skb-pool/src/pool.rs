@@ -598,7 +598,7 @@ impl Pool {
     /// # Errors
     ///
     /// [`PoolError::Exhausted`] if no frame is free anywhere this CPU can reach.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&self) -> Result<Skb, PoolError> {
         let frame = self.inner().percpu_alloc().ok_or(PoolError::Exhausted)?;
         // SAFETY: the frame is in use, ours alone, and carries one pool reference.

@@ -236,8 +236,16 @@ mod imp {
 
     #[inline(always)]
     fn status(st: u32) -> Status {
+        if st == 0 {
+            return Status::Done;
+        }
+        failed(st)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn failed(st: u32) -> Status {
         match st {
-            0 => Status::Done,
             1 => Status::WrongCpu,
             2 => Status::Dying,
             3 => Status::Refused,
@@ -246,8 +254,9 @@ mod imp {
     }
 
     /// The frame of every section: the descriptor, its installation, the CPU and dying checks
-    /// at the start, the body (ending in the commit store), the status exits and the abort
-    /// handler behind its signature, with the operands every section has (`rseq`, `cpu`,
+    /// at the start, the body (ending in the commit store) falling through with status 0, the
+    /// other status exits and the abort handler behind its signature out of line (in
+    /// `__rseq_failure`, so the committed path takes no jump), with the operands every section has (`rseq`, `cpu`,
     /// `dying`, `word`, the scratch `tmp` and `w`, and the status `st`).
     macro_rules! section {
         ($area:expr, $cpu:expr, $c:expr, $st:ident; $($body:literal,)* ; $($ops:tt)*) => {
@@ -268,7 +277,7 @@ mod imp {
                 $($body,)*
                 "5:",
                 "xorl {st:e}, {st:e}",
-                "jmp 10f",
+                ".pushsection __rseq_failure, \"ax\"",
                 "7:",
                 "movl $1, {st:e}",
                 "jmp 10f",
@@ -278,7 +287,6 @@ mod imp {
                 "9:",
                 "movl $3, {st:e}",
                 "jmp 10f",
-                ".pushsection __rseq_failure, \"ax\"",
                 ".byte 0x0f, 0xb9, 0x3d",
                 ".long 0x53053053",
                 "6:",
