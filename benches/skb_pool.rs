@@ -650,6 +650,7 @@ fn run_local<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                 let mut toks = [0usize; LOCAL_BATCH];
                 let mut acc = 0;
                 start.wait();
+                let t0 = Instant::now();
                 for _ in 0..rounds {
                     // black_box each token, so the compiler cannot pair and elide an
                     // allocation with its free (it does for the global allocator otherwise).
@@ -661,17 +662,26 @@ fn run_local<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                         s.free(&mut l, black_box(t));
                     }
                 }
+                let t1 = Instant::now();
                 drop(l);
-                acc
+                (acc, t0, t1)
             })
         })
         .collect();
+    // The span runs from the first worker's start to the last one's end, each read by the
+    // worker itself: with more threads than cores, the main thread can wake from the barrier
+    // many time slices after the workers, and a clock read there would miss their work.
+    let c0 = process_cpu_time();
     start.wait();
-    let (t0, c0) = (Instant::now(), process_cpu_time());
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
     for t in threads {
-        black_box(t.join().unwrap());
+        let (acc, t0, t1) = t.join().unwrap();
+        black_box(acc);
+        first = Some(first.map_or(t0, |f| f.min(t0)));
+        last = Some(last.map_or(t1, |l| l.max(t1)));
     }
-    let (wall, cpu) = (t0.elapsed(), process_cpu_time() - c0);
+    let cpu = process_cpu_time() - c0;
+    let wall = last.expect("a worker") - first.expect("a worker");
     record("local", p, S::NAME, wall, cpu, total, (0, 0));
     wall
 }
@@ -937,10 +947,20 @@ fn stranding(per_cpu: bool, iters: usize) -> (u64, usize) {
     (fails.into_inner(), peak.into_inner())
 }
 
+/// Thread counts of the per-CPU `local` table: 1 to 32, or the comma-separated list in
+/// `SKB_BENCH_PERCPU_P`.
+fn percpu_threads() -> Vec<usize> {
+    std::env::var("SKB_BENCH_PERCPU_P")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 2, 4, 8, 16, 32])
+}
+
 /// `SKB_BENCH_ONLY=percpu SKB_BENCH_ROUNDS=N`: the per-CPU caches beside the per-owner handle:
 /// `local` at P = 1..32 (per-CPU rseq, per-CPU locked, per-owner handle, mimalloc), the
 /// pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff bound), and the
-/// stranding pattern's failures for both pools. Same-run ratios are medians of in-round ratios.
+/// stranding pattern's failures for both pools (`SKB_BENCH_PERCPU=local`: the `local` table
+/// alone). Same-run ratios are medians of in-round ratios.
 fn percpu_table(rounds: usize) {
     let local = [
         runner(PerCpuPool::<false>::new()),
@@ -954,7 +974,7 @@ fn percpu_table(rounds: usize) {
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let slice = env_usize("SKB_BENCH_SLICE").unwrap_or(3_000_000) as u64;
-    for p in [1, 2, 4, 8, 16, 32] {
+    for p in percpu_threads() {
         let r = rotate(&local, rounds, "local", p, slice);
         println!(
             "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x |",
@@ -966,6 +986,9 @@ fn percpu_table(rounds: usize) {
             ratio(&r, 0, 3),
             ratio(&r, 1, 2)
         );
+    }
+    if std::env::var("SKB_BENCH_PERCPU").as_deref() == Ok("local") {
+        return;
     }
     let pipe = [
         runner(PerCpuPool::<false>::new()),
