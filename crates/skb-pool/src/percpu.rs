@@ -50,7 +50,7 @@ use crate::meta::{Frame, FrameMeta};
 use crate::outgoing::{Full, Outgoing};
 use crate::pool::PoolInner;
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, current_cpu, thread};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Counter, Ordering, current_cpu, thread};
 
 /// Which per-CPU cache implementation a pool uses ([`PoolBuilder::per_cpu`]).
 ///
@@ -126,6 +126,19 @@ pub(crate) struct PerCpuState {
     dying: CachePadded<AtomicBool>,
     aborts: AtomicUsize,
     shared: AtomicUsize,
+    /// Slow-path counters ([`PerCpuStats`]).
+    counters: CachePadded<Counters>,
+}
+
+/// What the slow paths did, for [`PerCpuStats`].
+#[derive(Debug, Default)]
+struct Counters {
+    refills: Counter,
+    drains: Counter,
+    flushes: Counter,
+    remote_frees: Counter,
+    sends: Counter,
+    exhausted: Counter,
 }
 
 /// A snapshot of one CPU's cache and defer list ([`PerCpuStats`]).
@@ -156,6 +169,20 @@ pub struct PerCpuStats {
     pub aborts: u64,
     /// Allocations and frees that took the shared path (no cache for the thread at the time).
     pub shared_path: u64,
+    /// Allocations that found their CPU's cache empty and refilled it.
+    pub refills: u64,
+    /// Defer-list drains into a CPU's cache after a kick.
+    pub drains: u64,
+    /// Half-cache flushes of a full cache to the depot.
+    pub flushes: u64,
+    /// Frames freed on a CPU other than their home (sent home through its defer list).
+    pub remote_frees: u64,
+    /// Batches of such frames pushed onto a home CPU's defer list.
+    pub sends: u64,
+    /// Refills that found no frame in any source (the allocation fails with
+    /// [`PoolError::Exhausted`](crate::PoolError::Exhausted), unless a locked cache's preempted
+    /// holder then hands it one).
+    pub exhausted: u64,
 }
 
 /// The CPUs of the calling thread's affinity mask: the highest + 1, at least 1.
@@ -243,6 +270,7 @@ impl PerCpuState {
             dying: CachePadded::new(AtomicBool::new(false)),
             aborts: AtomicUsize::new(0),
             shared: AtomicUsize::new(0),
+            counters: CachePadded::new(Counters::default()),
         }
     }
 
@@ -480,6 +508,12 @@ impl PerCpuState {
             depot,
             aborts: self.aborts.load(Ordering::Relaxed) as u64,
             shared_path: self.shared.load(Ordering::Relaxed) as u64,
+            refills: self.counters.refills.get(),
+            drains: self.counters.drains.get(),
+            flushes: self.counters.flushes.get(),
+            remote_frees: self.counters.remote_frees.get(),
+            sends: self.counters.sends.get(),
+            exhausted: self.counters.exhausted.get(),
         }
     }
 }
@@ -521,6 +555,7 @@ impl PoolInner {
     #[cold]
     #[inline(never)]
     fn drain_cpu(&self, cpu: usize) {
+        self.percpu.counters.drains.add(1);
         let chain = self.percpu.slots[cpu].drain();
         self.stash(chain.reverse());
     }
@@ -580,6 +615,7 @@ impl PoolInner {
     #[inline(never)]
     fn refill(&self, cpu: usize) -> Option<Frame> {
         let pc = &self.percpu;
+        pc.counters.refills.add(1);
         let mut got: Fifo<Frame> = match pc.slots.get(cpu) {
             Some(s) => s.drain().reverse(),
             None => Fifo::new(),
@@ -614,7 +650,10 @@ impl PoolInner {
         if got.is_empty() {
             got = self.take_outgoing();
         }
-        let first = got.pop_front()?;
+        let Some(first) = got.pop_front() else {
+            pc.counters.exhausted.add(1);
+            return None;
+        };
         self.stash(got);
         Some(first)
     }
@@ -644,6 +683,7 @@ impl PoolInner {
     #[cold]
     #[inline(never)]
     fn flush_half(&self) {
+        self.percpu.counters.flushes.add(1);
         let mut out = Fifo::new();
         for _ in 0..self.percpu.cap.div_ceil(2) {
             match self.percpu.run(None, Op::Pop(POP_SPARE)) {
@@ -747,6 +787,7 @@ impl PoolInner {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
+        pc.counters.remote_frees.add(1);
         let batch = pc.cpu_now().and_then(|c| pc.out.get(c as usize));
         let send = match batch {
             Some(o) => match o.add(frame, home as u32) {
@@ -769,6 +810,7 @@ impl PoolInner {
 
     /// `skb_attempt_defer_free` of a batch to its home CPU's defer list (kick at half).
     fn send_home(&self, full: Full) {
+        self.percpu.counters.sends.add(1);
         let k = full.frames.len();
         let slot = &self.percpu.slots[full.home as usize];
         let wake = match slot.defer(full.frames, k, self.cfg.defer_max, &self.overflow) {
