@@ -139,6 +139,7 @@ struct Counters {
     remote_frees: Counter,
     sends: Counter,
     exhausted: Counter,
+    bulk_aborts: Counter,
 }
 
 /// A snapshot of one CPU's cache and defer list ([`PerCpuStats`]).
@@ -167,6 +168,9 @@ pub struct PerCpuStats {
     pub depot: usize,
     /// rseq critical sections the kernel aborted (preemption, migration, signal).
     pub aborts: u64,
+    /// Of those, bulk sections ([`Pool::alloc_bulk`](crate::Pool::alloc_bulk),
+    /// [`Pool::free_bulk`](crate::Pool::free_bulk)).
+    pub bulk_aborts: u64,
     /// Allocations and frees that took the shared path (no cache for the thread at the time).
     pub shared_path: u64,
     /// Allocations that found their CPU's cache empty and refilled it.
@@ -355,13 +359,7 @@ impl PerCpuState {
             if want.is_some_and(|w| w != cpu) {
                 return None;
             }
-            let c = self.caches.get(cpu as usize)?;
-            let cache = rseq::CacheRef {
-                word: c.word.as_ptr(),
-                items: c.items.as_ptr().cast::<usize>().cast_mut(),
-                cap: self.cap as u64,
-                dying: self.dying.as_ptr().cast_const().cast::<u8>(),
-            };
+            let cache = self.cache_ref(cpu)?;
             // SAFETY: as in `run_rseq`: `area` is this thread's registered area; the word, the
             // items (`cap` of them) and `dying` live as long as the pool, which the caller's
             // reference keeps alive; in an Rseq pool only these sections, on CPU `cpu`, write
@@ -385,10 +383,93 @@ impl PerCpuState {
         None
     }
 
+    /// CPU `cpu`'s cache as the rseq sections see it, if the table has the CPU.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    #[inline(always)]
+    fn cache_ref(&self, cpu: u32) -> Option<crate::rseq::CacheRef> {
+        let c = self.caches.get(cpu as usize)?;
+        Some(crate::rseq::CacheRef {
+            word: c.word.as_ptr(),
+            items: c.items.as_ptr().cast::<usize>().cast_mut(),
+            cap: self.cap as u64,
+            dying: self.dying.as_ptr().cast_const().cast::<u8>(),
+        })
+    }
+
+    /// One bulk pop on the current CPU's cache (rseq pools only): `Some((k, cpu))` with the
+    /// `k ≥ 1` items in `out[..k]`, each carrying a reference; `None` if nothing committed (an
+    /// abort is counted), and the caller allocates one frame the ordinary way.
+    #[inline]
+    fn try_pop_bulk(&self, out: &mut [usize]) -> Option<(usize, u32)> {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        {
+            use crate::rseq::{self, Status};
+            if self.mode != PerCpu::Rseq || out.is_empty() {
+                return None;
+            }
+            let area = rseq::area()?;
+            let cpu = rseq::cpu(area);
+            let cache = self.cache_ref(cpu)?;
+            // SAFETY: as in `try_fast`; `out` is ours, valid for `out.len()` writes.
+            let (st, k) = unsafe { rseq::pop_bulk(area, cpu, cache, out.as_mut_ptr(), out.len()) };
+            match st {
+                Status::Done => return Some((k, cpu)),
+                Status::Abort => self.count_bulk_abort(),
+                Status::WrongCpu | Status::Dying | Status::Refused => {}
+            }
+            None
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+        {
+            let _ = out;
+            None
+        }
+    }
+
+    /// One bulk push of free frames carrying a reference each onto CPU `home`'s cache, from a
+    /// thread on `home` (rseq pools only): how many went (the first ones), 0 if none did.
+    #[inline]
+    fn try_push_bulk(&self, home: u32, items: &[usize]) -> usize {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        {
+            use crate::rseq::{self, Status};
+            if self.mode != PerCpu::Rseq || items.is_empty() {
+                return 0;
+            }
+            let Some(area) = rseq::area() else { return 0 };
+            let cpu = rseq::cpu(area);
+            if cpu != home {
+                return 0;
+            }
+            let Some(cache) = self.cache_ref(cpu) else {
+                return 0;
+            };
+            // SAFETY: as in `try_fast`; `items` is valid for `items.len()` reads.
+            let (st, k) = unsafe { rseq::push_bulk(area, cpu, cache, items.as_ptr(), items.len()) };
+            if st == Status::Abort {
+                self.count_bulk_abort();
+            }
+            k
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+        {
+            let _ = (home, items);
+            0
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn count_abort(&self) {
         self.aborts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    #[cold]
+    #[inline(never)]
+    fn count_bulk_abort(&self) {
+        self.count_abort();
+        self.counters.bulk_aborts.add(1);
     }
 
     /// The CPU the calling thread runs on, as this pool's mode reads it.
@@ -507,6 +588,7 @@ impl PerCpuState {
                 .collect(),
             depot,
             aborts: self.aborts.load(Ordering::Relaxed) as u64,
+            bulk_aborts: self.counters.bulk_aborts.get(),
             shared_path: self.shared.load(Ordering::Relaxed) as u64,
             refills: self.counters.refills.get(),
             drains: self.counters.drains.get(),
@@ -549,6 +631,49 @@ impl PoolInner {
             return Some(frame);
         }
         self.percpu_alloc_slow()
+    }
+
+    /// `Pool::alloc_bulk`'s fast path: up to `out.len()` frames from this CPU's cache with one
+    /// critical section, each stamped, in use and carrying one pool reference, their metadata
+    /// addresses in `out[..k]`; returns `k`, 0 when the caller must allocate one frame the
+    /// ordinary way (a `Locked` pool, an empty cache, an abort).
+    #[inline]
+    pub(crate) fn percpu_alloc_bulk(&self, out: &mut [usize]) -> usize {
+        let pc = &self.percpu;
+        let Some((k, cpu)) = pc.try_pop_bulk(out) else {
+            return 0;
+        };
+        if pc.slots[cpu as usize].is_pending() {
+            self.drain_cpu(cpu as usize);
+        }
+        for &item in &out[..k] {
+            // SAFETY: the caches hold only addresses of this pool's metadata entries.
+            let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+            frame.init(home_stamp(cpu), self.cfg.headroom);
+        }
+        k
+    }
+
+    /// `Pool::free_bulk`'s fast path: frees `frames` (in-use frames of this pool, all stamped
+    /// home CPU `home` by [`percpu_alloc`](Self::percpu_alloc), each carrying a reference)
+    /// into `home`'s cache with one critical section if the thread runs there; returns how
+    /// many went (the first ones, already marked free). The caller frees the rest one by one.
+    ///
+    /// # Safety
+    ///
+    /// Each address in `frames` is an exclusively held in-use frame of this pool, stamped with
+    /// home `home`, carrying one reference, and given up by the caller.
+    #[inline]
+    pub(crate) unsafe fn percpu_free_bulk(&self, home: u32, frames: &[usize]) -> usize {
+        if self.percpu.mode != PerCpu::Rseq {
+            return 0;
+        }
+        for &f in frames {
+            // SAFETY: the caller's contract: a frame of this pool.
+            Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
+        }
+        // The references go with the commit; the caller's own `Pool` keeps the pool alive.
+        self.percpu.try_push_bulk(home, frames)
     }
 
     /// Moves CPU `cpu`'s kicked defer list into its cache (`skb_defer_free_flush`).
