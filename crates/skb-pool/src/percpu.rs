@@ -338,18 +338,17 @@ impl PerCpuState {
         }
     }
 
-    /// One attempt of `op` on the current CPU's cache, for the inlined fast paths: `Some` if
-    /// it committed (the popped item, 0 for push, and the CPU), `None` for everything else —
-    /// no area, not on CPU `want`, a CPU past the table, an empty or full cache, a dying pool,
-    /// an abort (counted), a busy try-lock — after which the caller takes the full path
-    /// ([`run`](Self::run)), which starts over: an attempt that did not commit left no trace.
+    /// One rseq attempt of `op` on the current CPU's cache, for the inlined fast paths:
+    /// `Some` if it committed (the popped item, 0 for push, and the CPU), `None` for everything
+    /// else — a `Locked` pool, no area, not on CPU `want`, a CPU past the table, an empty or
+    /// full cache, a dying pool, an abort (counted) — after which the caller takes the full
+    /// path ([`run`](Self::run), out of line), which starts over: an attempt that did not
+    /// commit left no trace. Kept to the rseq section alone so that it inlines into callers'
+    /// loops.
     #[inline(always)]
     fn try_fast(&self, want: Option<u32>, op: Op) -> Option<(usize, u32)> {
         if self.mode != PerCpu::Rseq {
-            return match self.run_locked(want, op, false) {
-                Res::Done(item, cpu) => Some((item, cpu)),
-                Res::Refused(_) | Res::NotHere | Res::NoCache => None,
-            };
+            return None;
         }
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
         {
@@ -380,7 +379,10 @@ impl PerCpuState {
             None
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
-        None
+        {
+            let _ = (want, op);
+            None
+        }
     }
 
     /// CPU `cpu`'s cache as the rseq sections see it, if the table has the CPU.
