@@ -10,7 +10,11 @@
 //! its cache is dry. Every cache operation is one critical section that commits with a single
 //! store of the word:
 //!
-//! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW;
+//! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW; the
+//!   allocation and free fast paths are that one section, inlined, everything else out of
+//!   line, and [`Pool::alloc_bulk`](crate::Pool::alloc_bulk) /
+//!   [`Pool::free_bulk`](crate::Pool::free_bulk) move up to [`Pool::BULK`](crate::Pool::BULK)
+//!   frames per section;
 //! - [`PerCpu::Locked`]: the CPU from `sched_getcpu`, the cache behind a try-lock that is
 //!   uncontended unless its holder was preempted mid-operation; the thread that loses it takes
 //!   the shared path instead of waiting.
