@@ -17,6 +17,10 @@
 //!   off (spin, then yield), as does an exhausted pool.
 //! - `local/P`: P threads each allocate 32 buffers, then free them, in a loop (the buffers are
 //!   not touched: this measures the allocator alone).
+//! - `local_bulk/P` (per-CPU table only): the same bursts, each allocated with one bulk call
+//!   and freed with one where the strategy has them — our pool's `alloc_bulk` / `free_bulk`,
+//!   on the per-CPU caches and on the per-owner handle alike — and one by one for the others
+//!   (mimalloc has no bulk call).
 //!
 //! # How the bench uses our pool
 //!
@@ -113,6 +117,22 @@ trait Strategy: Send + Sync + 'static {
     fn alloc(&self, l: &mut Self::Local) -> usize;
     /// Frees a buffer without touching it (the `local` pattern).
     fn free(&self, l: &mut Self::Local, token: usize);
+    /// Allocates `toks.len()` buffers without touching them (the `local_bulk` pattern): one
+    /// by one, unless the strategy has a bulk call.
+    #[inline]
+    fn alloc_burst(&self, l: &mut Self::Local, toks: &mut [usize]) {
+        for t in toks.iter_mut() {
+            *t = self.alloc(l);
+        }
+    }
+    /// Frees `toks` without touching them (the `local_bulk` pattern): one by one, unless the
+    /// strategy has a bulk call.
+    #[inline]
+    fn free_burst(&self, l: &mut Self::Local, toks: &[usize]) {
+        for &t in toks {
+            self.free(l, t);
+        }
+    }
     /// Called once per producer iteration: the owner's poll loop. Only our pool has work here
     /// (draining its defer list).
     #[inline]
@@ -182,6 +202,25 @@ impl Strategy for SkbPool {
     fn free(&self, _h: &mut PoolHandle, token: usize) {
         // SAFETY: the token came from `into_link` of an Skb, handed over exactly once.
         drop(unsafe { Skb::from_link(NonNull::new_unchecked(token as *mut Link)) });
+    }
+    #[inline]
+    fn alloc_burst(&self, h: &mut PoolHandle, toks: &mut [usize]) {
+        let mut got = Toks { out: toks, n: 0 };
+        let backoff = Backoff::new();
+        while got.n < got.out.len() {
+            let want = got.out.len() - got.n;
+            if h.alloc_bulk(want, &mut got) < want {
+                h.flush_remote();
+                backoff.snooze();
+            }
+        }
+    }
+    #[inline]
+    fn free_burst(&self, h: &mut PoolHandle, toks: &[usize]) {
+        h.free_bulk(toks.iter().map(|&t| {
+            // SAFETY: each token came from `into_link` of an Skb, handed over exactly once.
+            unsafe { Skb::from_link(NonNull::new_unchecked(t as *mut Link)) }
+        }));
     }
     #[inline]
     fn poll(&self, h: &mut PoolHandle) {
@@ -261,6 +300,39 @@ impl<const LOCKED: bool> Strategy for PerCpuPool<LOCKED> {
     fn free(&self, _: &mut (), token: usize) {
         // SAFETY: the token came from `into_link` of an Skb, handed over exactly once.
         drop(unsafe { Skb::from_link(NonNull::new_unchecked(token as *mut Link)) });
+    }
+    #[inline]
+    fn alloc_burst(&self, _: &mut (), toks: &mut [usize]) {
+        let mut got = Toks { out: toks, n: 0 };
+        let backoff = Backoff::new();
+        while got.n < got.out.len() {
+            let want = got.out.len() - got.n;
+            if self.0.alloc_bulk(want, &mut got) < want {
+                backoff.snooze();
+            }
+        }
+    }
+    #[inline]
+    fn free_burst(&self, _: &mut (), toks: &[usize]) {
+        self.0.free_bulk(toks.iter().map(|&t| {
+            // SAFETY: each token came from `into_link` of an Skb, handed over exactly once.
+            unsafe { Skb::from_link(NonNull::new_unchecked(t as *mut Link)) }
+        }));
+    }
+}
+
+/// Where a bulk allocation lands: the frames as tokens (`into_link`), in order.
+struct Toks<'a> {
+    out: &'a mut [usize],
+    n: usize,
+}
+
+impl Extend<Skb> for Toks<'_> {
+    fn extend<I: IntoIterator<Item = Skb>>(&mut self, skbs: I) {
+        for skb in skbs {
+            self.out[self.n] = skb.into_link().as_ptr() as usize;
+            self.n += 1;
+        }
     }
 }
 
@@ -639,6 +711,12 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
 }
 
 fn run_local<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
+    run_local_as(s, p, iters, false)
+}
+
+/// The `local` pattern; with `bulk` (`local_bulk`) each burst is one [`Strategy::alloc_burst`]
+/// and one [`Strategy::free_burst`] call (bulk calls where the strategy has them).
+fn run_local_as<S: Strategy>(s: &Arc<S>, p: usize, iters: u64, bulk: bool) -> Duration {
     let rounds = iters.div_ceil((p * LOCAL_BATCH) as u64).max(1);
     let total = rounds * (p * LOCAL_BATCH) as u64;
     let start = Arc::new(Barrier::new(p + 1));
@@ -650,7 +728,14 @@ fn run_local<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                 let mut toks = [0usize; LOCAL_BATCH];
                 let mut acc = 0;
                 start.wait();
+                let t0 = Instant::now();
                 for _ in 0..rounds {
+                    if bulk {
+                        s.alloc_burst(&mut l, black_box(&mut toks));
+                        acc ^= toks[LOCAL_BATCH - 1];
+                        s.free_burst(&mut l, black_box(&toks));
+                        continue;
+                    }
                     // black_box each token, so the compiler cannot pair and elide an
                     // allocation with its free (it does for the global allocator otherwise).
                     for t in toks.iter_mut() {
@@ -661,18 +746,28 @@ fn run_local<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                         s.free(&mut l, black_box(t));
                     }
                 }
+                let t1 = Instant::now();
                 drop(l);
-                acc
+                (acc, t0, t1)
             })
         })
         .collect();
+    // The span runs from the first worker's start to the last one's end, each read by the
+    // worker itself: with more threads than cores, the main thread can wake from the barrier
+    // many time slices after the workers, and a clock read there would miss their work.
+    let c0 = process_cpu_time();
     start.wait();
-    let (t0, c0) = (Instant::now(), process_cpu_time());
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
     for t in threads {
-        black_box(t.join().unwrap());
+        let (acc, t0, t1) = t.join().unwrap();
+        black_box(acc);
+        first = Some(first.map_or(t0, |f| f.min(t0)));
+        last = Some(last.map_or(t1, |l| l.max(t1)));
     }
-    let (wall, cpu) = (t0.elapsed(), process_cpu_time() - c0);
-    record("local", p, S::NAME, wall, cpu, total, (0, 0));
+    let cpu = process_cpu_time() - c0;
+    let wall = last.expect("a worker") - first.expect("a worker");
+    let pattern = if bulk { "local_bulk" } else { "local" };
+    record(pattern, p, S::NAME, wall, cpu, total, (0, 0));
     wall
 }
 
@@ -741,6 +836,7 @@ fn runner<S: Strategy>(s: S) -> (&'static str, Runner) {
     let s = Arc::new(s);
     let run: Runner = Box::new(move |pattern, p, n| match pattern {
         "pipeline" => run_pipeline(&s, p, n),
+        "local_bulk" => run_local_as(&s, p, n, true),
         _ => run_local(&s, p, n),
     });
     (S::NAME, run)
@@ -937,10 +1033,20 @@ fn stranding(per_cpu: bool, iters: usize) -> (u64, usize) {
     (fails.into_inner(), peak.into_inner())
 }
 
+/// Thread counts of the per-CPU `local` table: 1 to 32, or the comma-separated list in
+/// `SKB_BENCH_PERCPU_P`.
+fn percpu_threads() -> Vec<usize> {
+    std::env::var("SKB_BENCH_PERCPU_P")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 2, 4, 8, 16, 32])
+}
+
 /// `SKB_BENCH_ONLY=percpu SKB_BENCH_ROUNDS=N`: the per-CPU caches beside the per-owner handle:
-/// `local` at P = 1..32 (per-CPU rseq, per-CPU locked, per-owner handle, mimalloc), the
-/// pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff bound), and the
-/// stranding pattern's failures for both pools. Same-run ratios are medians of in-round ratios.
+/// `local` and `local_bulk` at P = 1..32 (per-CPU rseq, per-CPU locked, per-owner handle,
+/// mimalloc), the pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff
+/// bound), and the stranding pattern's failures for both pools (`SKB_BENCH_PERCPU=local`: the
+/// two `local` tables alone). Same-run ratios are medians of in-round ratios.
 fn percpu_table(rounds: usize) {
     let local = [
         runner(PerCpuPool::<false>::new()),
@@ -954,7 +1060,7 @@ fn percpu_table(rounds: usize) {
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let slice = env_usize("SKB_BENCH_SLICE").unwrap_or(3_000_000) as u64;
-    for p in [1, 2, 4, 8, 16, 32] {
+    for p in percpu_threads() {
         let r = rotate(&local, rounds, "local", p, slice);
         println!(
             "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x |",
@@ -966,6 +1072,26 @@ fn percpu_table(rounds: usize) {
             ratio(&r, 0, 3),
             ratio(&r, 1, 2)
         );
+    }
+    println!(
+        "| local_bulk P | per-CPU rseq | per-CPU locked | per-owner | mimalloc | rseq/owner | rseq/mimalloc | locked/owner |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for p in percpu_threads() {
+        let r = rotate(&local, rounds, "local_bulk", p, slice);
+        println!(
+            "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x |",
+            median(&r[0]),
+            median(&r[1]),
+            median(&r[2]),
+            median(&r[3]),
+            ratio(&r, 0, 2),
+            ratio(&r, 0, 3),
+            ratio(&r, 1, 2)
+        );
+    }
+    if std::env::var("SKB_BENCH_PERCPU").as_deref() == Ok("local") {
+        return;
     }
     let pipe = [
         runner(PerCpuPool::<false>::new()),

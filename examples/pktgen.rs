@@ -712,6 +712,21 @@ fn report(cell: &Cell, w: &Workload) {
             t.allocs, t.local_frees, t.remote_frees, t.deferred, t.overflow, t.wakes, t.drains
         );
     }
+    if let Some(c) = &cell.per_cpu {
+        println!(
+            "per-CPU ({:?}): aborts {} shared path {} refills {} exhausted {} drains {} \
+             flushes {} remote frees {} in {} sends",
+            c.mode,
+            c.aborts,
+            c.shared_path,
+            c.refills,
+            c.exhausted,
+            c.drains,
+            c.flushes,
+            c.remote_frees,
+            c.sends
+        );
+    }
     let _ = w;
 }
 

@@ -21,7 +21,7 @@ use qdisc::{
     Driver, NullDriver, Overflow, Pfifo, PfifoFast, Qdisc, Strategy, ToFree, TxQueue, Verdict,
     XmitStats,
 };
-use skb_pool::{Pool, PoolStats, Skb};
+use skb_pool::{PerCpuStats, Pool, PoolStats, Skb};
 
 /// What transmits: one of our strategies, or a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,6 +287,8 @@ pub struct Cell {
     pub qdisc_show: Option<String>,
     /// The pool's counters at the end.
     pub pool: Option<PoolStats>,
+    /// The pool's per-CPU counters at the end.
+    pub per_cpu: Option<PerCpuStats>,
 }
 
 impl Cell {
@@ -507,6 +509,7 @@ fn run_engine<Q: Qdisc<Skb> + 'static, D: Driver<Skb> + 'static>(
     cell.qdisc_show = Some(txq.with_qdisc(|q| ShowQdisc(&*q, merged).to_string()));
     cell.xmit = Some(stats);
     cell.pool = Some(pool.stats());
+    cell.per_cpu = Some(pool.per_cpu_stats());
     cell
 }
 
@@ -549,6 +552,7 @@ pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
             let mut cell = drive(w, &pool, peer.clone(), on_tick, &|| {});
             cell.queued = peer.inner.lock().map(|g| g.queue.len() as u64).unwrap_or(0);
             cell.pool = Some(pool.stats());
+            cell.per_cpu = Some(pool.per_cpu_stats());
             cell
         }
         Contender::SegQueue => {
@@ -567,6 +571,7 @@ pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
             cell.sent = sent;
             cell.queued = peer.queue.len() as u64;
             cell.pool = Some(pool.stats());
+            cell.per_cpu = Some(pool.per_cpu_stats());
             cell
         }
     }

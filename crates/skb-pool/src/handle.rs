@@ -108,6 +108,36 @@ impl Local {
         Some(frame)
     }
 
+    /// The bulk allocation path: one kick poll, then as many frames as the cache has (up to
+    /// `n`) with one credit and counter update, the rest one by one. Returns how many.
+    fn alloc_many<E: Extend<Skb>>(&mut self, n: usize, out: &mut E) -> usize {
+        if self.slot().is_pending() {
+            self.drain_own();
+        }
+        let k = n.min(self.cache.len());
+        while self.credits < k {
+            self.pool().acquire(CREDIT_BATCH);
+            self.credits += CREDIT_BATCH;
+        }
+        self.credits -= k; // these references now travel with the frames
+        self.stats.allocs += k as u64;
+        let (id, headroom) = (self.id, self.pool().cfg.headroom);
+        let cache = &mut self.cache;
+        out.extend(core::iter::from_fn(|| cache.pop_front()).take(k).map(|f| {
+            f.init(id, headroom);
+            // SAFETY: the frame is in use, ours alone, and carries one pool reference.
+            unsafe { Skb::from_meta(f.0) }
+        }));
+        for i in k..n {
+            match self.alloc_frame() {
+                // SAFETY: as above.
+                Some(f) => out.extend(core::iter::once(unsafe { Skb::from_meta(f.0) })),
+                None => return i,
+            }
+        }
+        n
+    }
+
     #[inline]
     fn pop_taken(&mut self) -> Option<Frame> {
         let f = match self.taken.pop() {
@@ -329,16 +359,25 @@ impl Local {
     }
 }
 
-/// Frees a frame from an `Skb` drop: through this thread's handle for its pool if there is one,
-/// else alone (the handle-less remote free).
+/// Frees a frame from an `Skb` drop: a per-CPU frame to its home CPU (inlined fast path), an
+/// owner's frame through this thread's handle for its pool if there is one, else alone (the
+/// handle-less remote free).
+#[inline]
 pub(crate) fn free_frame(frame: Frame) {
-    let pool = frame.meta().pool;
     if frame.owner() & crate::percpu::HOME_FLAG != 0 {
+        let pool = frame.meta().pool;
         // SAFETY: the frame is exclusively ours (its `Skb` is being dropped), in use, stamped by
         // the per-CPU path, and carries a reference to its pool, which is therefore alive.
         unsafe { PoolInner::percpu_free(NonNull::new_unchecked(pool.cast_mut()), frame) };
         return;
     }
+    free_owned(frame);
+}
+
+/// [`free_frame`] of a frame a handle allocated.
+#[inline(never)]
+fn free_owned(frame: Frame) {
+    let pool = frame.meta().pool;
     let local = LOCALS
         .try_with(|head| {
             let mut cur = head.get();
@@ -473,16 +512,11 @@ impl PoolHandle {
         Ok(unsafe { Skb::from_meta(frame.0) })
     }
 
-    /// Allocates up to `n` frames into `out`; returns how many (fewer than `n` only when the
-    /// pool is exhausted).
+    /// Allocates up to `n` frames into `out`, as [`alloc`](Self::alloc) would one by one;
+    /// returns how many (fewer than `n` only when the pool is exhausted). The kick is polled
+    /// once, and what the local cache holds is taken with one credit and counter update.
     pub fn alloc_bulk<E: Extend<Skb>>(&mut self, n: usize, out: &mut E) -> usize {
-        for i in 0..n {
-            match self.alloc() {
-                Ok(skb) => out.extend(core::iter::once(skb)),
-                Err(_) => return i,
-            }
-        }
-        n
+        self.local().alloc_many(n, out)
     }
 
     /// Allocates one frame, waiting up to `timeout` for one to come back if the pool is

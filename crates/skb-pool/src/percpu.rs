@@ -10,7 +10,11 @@
 //! its cache is dry. Every cache operation is one critical section that commits with a single
 //! store of the word:
 //!
-//! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW;
+//! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW; the
+//!   allocation and free fast paths are that one section, inlined, everything else out of
+//!   line, and [`Pool::alloc_bulk`](crate::Pool::alloc_bulk) /
+//!   [`Pool::free_bulk`](crate::Pool::free_bulk) move up to [`Pool::BULK`](crate::Pool::BULK)
+//!   frames per section;
 //! - [`PerCpu::Locked`]: the CPU from `sched_getcpu`, the cache behind a try-lock that is
 //!   uncontended unless its holder was preempted mid-operation; the thread that loses it takes
 //!   the shared path instead of waiting.
@@ -50,7 +54,7 @@ use crate::meta::{Frame, FrameMeta};
 use crate::outgoing::{Full, Outgoing};
 use crate::pool::PoolInner;
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, current_cpu, thread};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Counter, Ordering, current_cpu, thread};
 
 /// Which per-CPU cache implementation a pool uses ([`PoolBuilder::per_cpu`]).
 ///
@@ -126,6 +130,20 @@ pub(crate) struct PerCpuState {
     dying: CachePadded<AtomicBool>,
     aborts: AtomicUsize,
     shared: AtomicUsize,
+    /// Slow-path counters ([`PerCpuStats`]).
+    counters: CachePadded<Counters>,
+}
+
+/// What the slow paths did, for [`PerCpuStats`].
+#[derive(Debug, Default)]
+struct Counters {
+    refills: Counter,
+    drains: Counter,
+    flushes: Counter,
+    remote_frees: Counter,
+    sends: Counter,
+    exhausted: Counter,
+    bulk_aborts: Counter,
 }
 
 /// A snapshot of one CPU's cache and defer list ([`PerCpuStats`]).
@@ -154,8 +172,25 @@ pub struct PerCpuStats {
     pub depot: usize,
     /// rseq critical sections the kernel aborted (preemption, migration, signal).
     pub aborts: u64,
+    /// Of those, bulk sections ([`Pool::alloc_bulk`](crate::Pool::alloc_bulk),
+    /// [`Pool::free_bulk`](crate::Pool::free_bulk)).
+    pub bulk_aborts: u64,
     /// Allocations and frees that took the shared path (no cache for the thread at the time).
     pub shared_path: u64,
+    /// Allocations that found their CPU's cache empty and refilled it.
+    pub refills: u64,
+    /// Defer-list drains into a CPU's cache after a kick.
+    pub drains: u64,
+    /// Half-cache flushes of a full cache to the depot.
+    pub flushes: u64,
+    /// Frames freed on a CPU other than their home (sent home through its defer list).
+    pub remote_frees: u64,
+    /// Batches of such frames pushed onto a home CPU's defer list.
+    pub sends: u64,
+    /// Refills that found no frame in any source (the allocation fails with
+    /// [`PoolError::Exhausted`](crate::PoolError::Exhausted), unless a locked cache's preempted
+    /// holder then hands it one).
+    pub exhausted: u64,
 }
 
 /// The CPUs of the calling thread's affinity mask: the highest + 1, at least 1.
@@ -243,6 +278,7 @@ impl PerCpuState {
             dying: CachePadded::new(AtomicBool::new(false)),
             aborts: AtomicUsize::new(0),
             shared: AtomicUsize::new(0),
+            counters: CachePadded::new(Counters::default()),
         }
     }
 
@@ -304,6 +340,142 @@ impl PerCpuState {
                 }
             }
         }
+    }
+
+    /// One rseq attempt of `op` on the current CPU's cache, for the inlined fast paths:
+    /// `Some` if it committed (the popped item, 0 for push, and the CPU), `None` for everything
+    /// else — a `Locked` pool, no area, not on CPU `want`, a CPU past the table, an empty or
+    /// full cache, a dying pool, an abort (counted) — after which the caller takes the full
+    /// path ([`run`](Self::run), out of line), which starts over: an attempt that did not
+    /// commit left no trace. Kept to the rseq section alone so that it inlines into callers'
+    /// loops.
+    #[inline(always)]
+    fn try_fast(&self, want: Option<u32>, op: Op) -> Option<(usize, u32)> {
+        if self.mode != PerCpu::Rseq {
+            return None;
+        }
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        {
+            use crate::rseq::{self, Status};
+            let area = rseq::area()?;
+            let cpu = rseq::cpu(area);
+            if want.is_some_and(|w| w != cpu) {
+                return None;
+            }
+            let cache = self.cache_ref(cpu)?;
+            // SAFETY: as in `run_rseq`: `area` is this thread's registered area; the word, the
+            // items (`cap` of them) and `dying` live as long as the pool, which the caller's
+            // reference keeps alive; in an Rseq pool only these sections, on CPU `cpu`, write
+            // them.
+            let (st, item) = unsafe {
+                match op {
+                    Op::Pop(d) => rseq::pop(area, cpu, cache, d),
+                    Op::Push(it, d) => (rseq::push(area, cpu, cache, it, d), 0),
+                    Op::Add(d) => (rseq::add(area, cpu, cache, d), 0),
+                }
+            };
+            if st == Status::Done {
+                return Some((item, cpu));
+            }
+            if st == Status::Abort {
+                self.count_abort();
+            }
+            None
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+        {
+            let _ = (want, op);
+            None
+        }
+    }
+
+    /// CPU `cpu`'s cache as the rseq sections see it, if the table has the CPU.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    #[inline(always)]
+    fn cache_ref(&self, cpu: u32) -> Option<crate::rseq::CacheRef> {
+        let c = self.caches.get(cpu as usize)?;
+        Some(crate::rseq::CacheRef {
+            word: c.word.as_ptr(),
+            items: c.items.as_ptr().cast::<usize>().cast_mut(),
+            cap: self.cap as u64,
+            dying: self.dying.as_ptr().cast_const().cast::<u8>(),
+        })
+    }
+
+    /// One bulk pop on the current CPU's cache (rseq pools only): `Some((k, cpu))` with the
+    /// `k ≥ 1` items in `out[..k]`, each carrying a reference; `None` if nothing committed (an
+    /// abort is counted), and the caller allocates one frame the ordinary way.
+    #[inline]
+    fn try_pop_bulk(&self, out: &mut [usize]) -> Option<(usize, u32)> {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        {
+            use crate::rseq::{self, Status};
+            if self.mode != PerCpu::Rseq || out.is_empty() {
+                return None;
+            }
+            let area = rseq::area()?;
+            let cpu = rseq::cpu(area);
+            let cache = self.cache_ref(cpu)?;
+            // SAFETY: as in `try_fast`; `out` is ours, valid for `out.len()` writes.
+            let (st, k) = unsafe { rseq::pop_bulk(area, cpu, cache, out.as_mut_ptr(), out.len()) };
+            match st {
+                Status::Done => return Some((k, cpu)),
+                Status::Abort => self.count_bulk_abort(),
+                Status::WrongCpu | Status::Dying | Status::Refused => {}
+            }
+            None
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+        {
+            let _ = out;
+            None
+        }
+    }
+
+    /// One bulk push of free frames carrying a reference each onto CPU `home`'s cache, from a
+    /// thread on `home` (rseq pools only): how many went (the first ones), 0 if none did.
+    #[inline]
+    fn try_push_bulk(&self, home: u32, items: &[usize]) -> usize {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        {
+            use crate::rseq::{self, Status};
+            if self.mode != PerCpu::Rseq || items.is_empty() {
+                return 0;
+            }
+            let Some(area) = rseq::area() else { return 0 };
+            let cpu = rseq::cpu(area);
+            if cpu != home {
+                return 0;
+            }
+            let Some(cache) = self.cache_ref(cpu) else {
+                return 0;
+            };
+            // SAFETY: as in `try_fast`; `items` is valid for `items.len()` reads.
+            let (st, k) = unsafe { rseq::push_bulk(area, cpu, cache, items.as_ptr(), items.len()) };
+            if st == Status::Abort {
+                self.count_bulk_abort();
+            }
+            k
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+        {
+            let _ = (home, items);
+            0
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn count_abort(&self) {
+        self.aborts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    #[cold]
+    #[inline(never)]
+    fn count_bulk_abort(&self) {
+        self.count_abort();
+        self.counters.bulk_aborts.add(1);
     }
 
     /// The CPU the calling thread runs on, as this pool's mode reads it.
@@ -422,7 +594,14 @@ impl PerCpuState {
                 .collect(),
             depot,
             aborts: self.aborts.load(Ordering::Relaxed) as u64,
+            bulk_aborts: self.counters.bulk_aborts.get(),
             shared_path: self.shared.load(Ordering::Relaxed) as u64,
+            refills: self.counters.refills.get(),
+            drains: self.counters.drains.get(),
+            flushes: self.counters.flushes.get(),
+            remote_frees: self.counters.remote_frees.get(),
+            sends: self.counters.sends.get(),
+            exhausted: self.counters.exhausted.get(),
         }
     }
 }
@@ -444,8 +623,78 @@ fn home_stamp(cpu: u32) -> u16 {
 impl PoolInner {
     /// `Pool::alloc`: a frame from this CPU's cache, else refilled, else the shared path.
     /// The frame is stamped, in use, and carries one pool reference.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn percpu_alloc(&self) -> Option<Frame> {
+        let pc = &self.percpu;
+        if let Some((item, cpu)) = pc.try_fast(None, Op::Pop(POP_ALLOC)) {
+            // SAFETY: the caches hold only addresses of this pool's metadata entries.
+            let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+            // `try_fast` committed on CPU `cpu`, so it has a slot.
+            if pc.slots[cpu as usize].is_pending() {
+                self.drain_cpu(cpu as usize);
+            }
+            frame.init(home_stamp(cpu), self.cfg.headroom);
+            return Some(frame);
+        }
+        self.percpu_alloc_slow()
+    }
+
+    /// `Pool::alloc_bulk`'s fast path: up to `out.len()` frames from this CPU's cache with one
+    /// critical section, each stamped, in use and carrying one pool reference, their metadata
+    /// addresses in `out[..k]`; returns `k`, 0 when the caller must allocate one frame the
+    /// ordinary way (a `Locked` pool, an empty cache, an abort).
+    #[inline]
+    pub(crate) fn percpu_alloc_bulk(&self, out: &mut [usize]) -> usize {
+        let pc = &self.percpu;
+        let Some((k, cpu)) = pc.try_pop_bulk(out) else {
+            return 0;
+        };
+        if pc.slots[cpu as usize].is_pending() {
+            self.drain_cpu(cpu as usize);
+        }
+        for &item in &out[..k] {
+            // SAFETY: the caches hold only addresses of this pool's metadata entries.
+            let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+            frame.init(home_stamp(cpu), self.cfg.headroom);
+        }
+        k
+    }
+
+    /// `Pool::free_bulk`'s fast path: frees `frames` (in-use frames of this pool, all stamped
+    /// home CPU `home` by [`percpu_alloc`](Self::percpu_alloc), each carrying a reference)
+    /// into `home`'s cache with one critical section if the thread runs there; returns how
+    /// many went (the first ones, already marked free). The caller frees the rest one by one.
+    ///
+    /// # Safety
+    ///
+    /// Each address in `frames` is an exclusively held in-use frame of this pool, stamped with
+    /// home `home`, carrying one reference, and given up by the caller.
+    #[inline]
+    pub(crate) unsafe fn percpu_free_bulk(&self, home: u32, frames: &[usize]) -> usize {
+        if self.percpu.mode != PerCpu::Rseq {
+            return 0;
+        }
+        for &f in frames {
+            // SAFETY: the caller's contract: a frame of this pool.
+            Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
+        }
+        // The references go with the commit; the caller's own `Pool` keeps the pool alive.
+        self.percpu.try_push_bulk(home, frames)
+    }
+
+    /// Moves CPU `cpu`'s kicked defer list into its cache (`skb_defer_free_flush`).
+    #[cold]
+    #[inline(never)]
+    fn drain_cpu(&self, cpu: usize) {
+        self.percpu.counters.drains.add(1);
+        let chain = self.percpu.slots[cpu].drain();
+        self.stash(chain.reverse());
+    }
+
+    /// [`percpu_alloc`](Self::percpu_alloc) past its inlined attempt: every mode, every source.
+    #[cold]
+    #[inline(never)]
+    fn percpu_alloc_slow(&self) -> Option<Frame> {
         let pc = &self.percpu;
         let headroom = self.cfg.headroom;
         match pc.run(None, Op::Pop(POP_ALLOC)) {
@@ -453,8 +702,7 @@ impl PoolInner {
                 // SAFETY: the caches hold only addresses of this pool's metadata entries.
                 let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
                 if pc.slots[cpu as usize].is_pending() {
-                    let chain = pc.slots[cpu as usize].drain();
-                    self.stash(chain.reverse());
+                    self.drain_cpu(cpu as usize);
                 }
                 frame.init(home_stamp(cpu), headroom);
                 Some(frame)
@@ -498,6 +746,7 @@ impl PoolInner {
     #[inline(never)]
     fn refill(&self, cpu: usize) -> Option<Frame> {
         let pc = &self.percpu;
+        pc.counters.refills.add(1);
         let mut got: Fifo<Frame> = match pc.slots.get(cpu) {
             Some(s) => s.drain().reverse(),
             None => Fifo::new(),
@@ -532,7 +781,10 @@ impl PoolInner {
         if got.is_empty() {
             got = self.take_outgoing();
         }
-        let first = got.pop_front()?;
+        let Some(first) = got.pop_front() else {
+            pc.counters.exhausted.add(1);
+            return None;
+        };
         self.stash(got);
         Some(first)
     }
@@ -562,6 +814,7 @@ impl PoolInner {
     #[cold]
     #[inline(never)]
     fn flush_half(&self) {
+        self.percpu.counters.flushes.add(1);
         let mut out = Fifo::new();
         for _ in 0..self.percpu.cap.div_ceil(2) {
             match self.percpu.run(None, Op::Pop(POP_SPARE)) {
@@ -588,6 +841,32 @@ impl PoolInner {
     /// [`percpu_alloc`](Self::percpu_alloc), carrying one reference to it.
     #[inline]
     pub(crate) unsafe fn percpu_free(this: NonNull<PoolInner>, frame: Frame) {
+        let home = frame.owner();
+        if home != NO_HOME {
+            frame.set_free();
+            // SAFETY: the frame's reference keeps the pool alive for this attempt; if it
+            // commits, the reference went with it and the pool is not touched again.
+            let pc = unsafe { &this.as_ref().percpu };
+            let push = Op::Push(frame.0.as_ptr() as usize, PUSH_FREE);
+            if pc
+                .try_fast(Some(u32::from(home & !HOME_FLAG)), push)
+                .is_some()
+            {
+                return;
+            }
+        }
+        // SAFETY: forwarded contract.
+        unsafe { PoolInner::percpu_free_slow(this, frame) };
+    }
+
+    /// [`percpu_free`](Self::percpu_free) past its inlined attempt.
+    ///
+    /// # Safety
+    ///
+    /// As [`percpu_free`](Self::percpu_free).
+    #[cold]
+    #[inline(never)]
+    unsafe fn percpu_free_slow(this: NonNull<PoolInner>, frame: Frame) {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
@@ -639,6 +918,7 @@ impl PoolInner {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
+        pc.counters.remote_frees.add(1);
         let batch = pc.cpu_now().and_then(|c| pc.out.get(c as usize));
         let send = match batch {
             Some(o) => match o.add(frame, home as u32) {
@@ -661,6 +941,7 @@ impl PoolInner {
 
     /// `skb_attempt_defer_free` of a batch to its home CPU's defer list (kick at half).
     fn send_home(&self, full: Full) {
+        self.percpu.counters.sends.add(1);
         let k = full.frames.len();
         let slot = &self.percpu.slots[full.home as usize];
         let wake = match slot.defer(full.frames, k, self.cfg.defer_max, &self.overflow) {

@@ -598,23 +598,90 @@ impl Pool {
     /// # Errors
     ///
     /// [`PoolError::Exhausted`] if no frame is free anywhere this CPU can reach.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&self) -> Result<Skb, PoolError> {
         let frame = self.inner().percpu_alloc().ok_or(PoolError::Exhausted)?;
         // SAFETY: the frame is in use, ours alone, and carries one pool reference.
         Ok(unsafe { Skb::from_meta(frame.0) })
     }
 
-    /// Allocates up to `n` frames into `out` with [`alloc`](Self::alloc); returns how many
-    /// (fewer than `n` only when the pool is exhausted).
+    /// Allocates up to `n` frames into `out`, as [`alloc`](Self::alloc) would one by one;
+    /// returns how many (fewer than `n` only when the pool is exhausted). With
+    /// [`PerCpu::Rseq`] it takes up to [`BULK`](Self::BULK) frames from the CPU's cache per
+    /// critical section.
     pub fn alloc_bulk<E: Extend<Skb>>(&self, n: usize, out: &mut E) -> usize {
-        for i in 0..n {
+        let inner = self.inner();
+        let mut got = 0;
+        let mut buf = [0usize; Self::BULK];
+        while got < n {
+            let want = (n - got).min(Self::BULK);
+            let k = inner.percpu_alloc_bulk(&mut buf[..want]);
+            if k > 0 {
+                out.extend(buf[..k].iter().map(|&m| {
+                    // SAFETY: `percpu_alloc_bulk` handed us these frames in use, each with one
+                    // pool reference; each becomes one `Skb`.
+                    unsafe { Skb::from_meta(NonNull::new_unchecked(m as *mut FrameMeta)) }
+                }));
+                got += k;
+                continue;
+            }
             match self.alloc() {
                 Ok(skb) => out.extend(core::iter::once(skb)),
-                Err(_) => return i,
+                Err(_) => return got,
             }
+            got += 1;
         }
         n
+    }
+
+    /// Frames [`alloc_bulk`](Self::alloc_bulk) and [`free_bulk`](Self::free_bulk) move per
+    /// critical section at most.
+    pub const BULK: usize = 32;
+
+    /// Frees many frames: runs of per-CPU frames of this pool with the same home CPU go back
+    /// to the cache with one critical section per [`BULK`](Self::BULK) when the thread runs on
+    /// that CPU ([`PerCpu::Rseq`]); every other frame is dropped as usual.
+    pub fn free_bulk<I: IntoIterator<Item = Skb>>(&self, skbs: I) {
+        let me = self.inner.as_ptr().cast_const();
+        let mut buf = [0usize; Self::BULK];
+        let (mut n, mut home) = (0, 0u16);
+        for skb in skbs {
+            let frame = skb.into_frame();
+            let owner = frame.owner();
+            if frame.meta().pool != me
+                || owner & crate::percpu::HOME_FLAG == 0
+                || owner == crate::percpu::NO_HOME
+            {
+                crate::handle::free_frame(frame);
+                continue;
+            }
+            if n == Self::BULK || (n > 0 && owner != home) {
+                self.free_run(home, &buf[..n]);
+                n = 0;
+            }
+            home = owner;
+            buf[n] = frame.0.as_ptr() as usize;
+            n += 1;
+        }
+        self.free_run(home, &buf[..n]);
+    }
+
+    /// Frees a run of per-CPU frames of this pool stamped `home`: one bulk push, the rest (if
+    /// the thread is elsewhere or the cache filled) one by one.
+    fn free_run(&self, home: u16, frames: &[usize]) {
+        if frames.is_empty() {
+            return;
+        }
+        let cpu = u32::from(home & !crate::percpu::HOME_FLAG);
+        // SAFETY: `free_bulk` gathered these from `Skb`s it consumed: in-use frames of this
+        // pool stamped `home`, one reference each.
+        let k = unsafe { self.inner().percpu_free_bulk(cpu, frames) };
+        for &m in &frames[k..] {
+            // SAFETY: as above; the frame is ours to free (marked free already, which the
+            // per-frame path does again).
+            let frame = Frame(unsafe { NonNull::new_unchecked(m as *mut FrameMeta) });
+            crate::handle::free_frame(frame);
+        }
     }
 
     /// [`alloc`](Self::alloc), waiting up to `timeout` for a frame to come back if the pool is

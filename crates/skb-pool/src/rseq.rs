@@ -1,6 +1,6 @@
 //! Restartable sequences (Linux `rseq(2)`): the ABI structs, finding or registering the calling
-//! thread's rseq area, the process's `membarrier` registration, and the three per-CPU critical
-//! sections the per-CPU caches use (pop, push, add), written in x86_64 `asm!`.
+//! thread's rseq area, the process's `membarrier` registration, and the per-CPU critical
+//! sections the per-CPU caches use (pop, push, their bulk forms, add), written in x86_64 `asm!`.
 //!
 //! This file owns nothing of the pool: it knows a per-CPU word (`count | ref delta`), an item
 //! array and a `dying` byte, and commits one store to the word. What the word means is
@@ -236,8 +236,16 @@ mod imp {
 
     #[inline(always)]
     fn status(st: u32) -> Status {
+        if st == 0 {
+            return Status::Done;
+        }
+        failed(st)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn failed(st: u32) -> Status {
         match st {
-            0 => Status::Done,
             1 => Status::WrongCpu,
             2 => Status::Dying,
             3 => Status::Refused,
@@ -246,9 +254,11 @@ mod imp {
     }
 
     /// The frame of every section: the descriptor, its installation, the CPU and dying checks
-    /// at the start, the body (ending in the commit store), the status exits and the abort
-    /// handler behind its signature, with the operands every section has (`rseq`, `cpu`,
-    /// `dying`, `word`, the scratch `tmp` and `w`, and the status `st`).
+    /// at the start, the body (ending in the commit store) falling through with status 0, the
+    /// other status exits and the abort handler behind its signature out of line (in
+    /// `__rseq_failure`, so the committed path takes no jump), with the operands every section
+    /// has (`rseq`, `cpu`, `dying`, `word`, the scratch `tmp` and `w`, and the status `st`).
+    /// `cpu` and `dying` are clobbered: past the checks a body may use them as scratch.
     macro_rules! section {
         ($area:expr, $cpu:expr, $c:expr, $st:ident; $($body:literal,)* ; $($ops:tt)*) => {
             core::arch::asm!(
@@ -268,7 +278,7 @@ mod imp {
                 $($body,)*
                 "5:",
                 "xorl {st:e}, {st:e}",
-                "jmp 10f",
+                ".pushsection __rseq_failure, \"ax\"",
                 "7:",
                 "movl $1, {st:e}",
                 "jmp 10f",
@@ -278,7 +288,6 @@ mod imp {
                 "9:",
                 "movl $3, {st:e}",
                 "jmp 10f",
-                ".pushsection __rseq_failure, \"ax\"",
                 ".byte 0x0f, 0xb9, 0x3d",
                 ".long 0x53053053",
                 "6:",
@@ -288,8 +297,8 @@ mod imp {
                 "10:",
                 $($ops)*
                 rseq = in(reg) $area,
-                cpu = in(reg) $cpu,
-                dying = in(reg) $c.dying,
+                cpu = inout(reg) $cpu => _,
+                dying = inout(reg) $c.dying => _,
                 word = in(reg) $c.word,
                 tmp = out(reg) _,
                 w = out(reg) _,
@@ -375,6 +384,111 @@ mod imp {
         status(st)
     }
 
+    /// Pops up to `n ≥ 1` items of a per-CPU cache into `out` — `k = min(n, count)`, the top
+    /// `k` items, the top one last — and commits `count − k` and `k` more references
+    /// (`*word += k·2^32 − k`). Returns the status and `k` (0 unless `Done`).
+    ///
+    /// # Safety
+    ///
+    /// As [`pop`]; `out` is valid for `n` writes and no other thread reads it meanwhile.
+    #[inline(always)]
+    pub(crate) unsafe fn pop_bulk(
+        area: *mut RseqAbi,
+        cpu: u32,
+        c: CacheRef,
+        out: *mut usize,
+        n: usize,
+    ) -> (Status, usize) {
+        let st: u32;
+        let k: usize;
+        // SAFETY: as in `pop`; besides, the section writes `out[..k]` (the caller's, private),
+        // which an aborted attempt leaves for the retry to overwrite.
+        unsafe {
+            section!(
+                area, cpu, c, st;
+                "movq ({word}), {w}",
+                "movl {w:e}, {tmp:e}",
+                "testl {tmp:e}, {tmp:e}",
+                "jz 9f",
+                "cmpq {k}, {tmp}",
+                "cmovbq {tmp}, {k}",
+                "subq {k}, {tmp}",
+                "leaq ({items},{tmp},8), {tmp}",
+                "xorl {cpu:e}, {cpu:e}",
+                "11:",
+                "movq ({tmp},{cpu:r},8), {dying}",
+                "movq {dying}, ({out},{cpu:r},8)",
+                "incq {cpu:r}",
+                "cmpq {k}, {cpu:r}",
+                "jb 11b",
+                "movq {k}, {tmp}",
+                "shlq $32, {tmp}",
+                "subq {k}, {tmp}",
+                "addq {tmp}, {w}",
+                "movq {w}, ({word})",
+                ;
+                items = in(reg) c.items,
+                out = in(reg) out,
+                k = inout(reg) n => k,
+            );
+        }
+        let st = status(st);
+        (st, if st == Status::Done { k } else { 0 })
+    }
+
+    /// Pushes up to `n ≥ 1` items from `items_in` onto a per-CPU cache — `k = min(n, cap −
+    /// count)`, the first `k` — and commits `count + k` and `k` fewer references
+    /// (`*word += k − k·2^32`). Returns the status and `k` (0 unless `Done`).
+    ///
+    /// # Safety
+    ///
+    /// As [`pop`]; `items_in` is valid for `n` reads.
+    #[inline(always)]
+    pub(crate) unsafe fn push_bulk(
+        area: *mut RseqAbi,
+        cpu: u32,
+        c: CacheRef,
+        items_in: *const usize,
+        n: usize,
+    ) -> (Status, usize) {
+        let st: u32;
+        let k: usize;
+        // SAFETY: as in `push`: the item stores land above the committed count, where nobody
+        // looks until a later commit on this CPU, so an aborted push leaves no trace.
+        unsafe {
+            section!(
+                area, cpu, c, st;
+                "movq ({word}), {w}",
+                "movl {w:e}, {tmp:e}",
+                "movq {cap}, {dying}",
+                "subq {tmp}, {dying}",
+                "jbe 9f",
+                "cmpq {k}, {dying}",
+                "cmovbq {dying}, {k}",
+                "leaq ({items},{tmp},8), {tmp}",
+                "xorl {cpu:e}, {cpu:e}",
+                "11:",
+                "movq ({src},{cpu:r},8), {dying}",
+                "movq {dying}, ({tmp},{cpu:r},8)",
+                "incq {cpu:r}",
+                "cmpq {k}, {cpu:r}",
+                "jb 11b",
+                "movq {k}, {tmp}",
+                "shlq $32, {tmp}",
+                "subq {tmp}, {w}",
+                "addq {k}, {w}",
+                "movq {w}, ({word})",
+                ;
+                items = in(reg) c.items,
+                cap = in(reg) c.cap,
+                src = in(reg) items_in,
+                k = inout(reg) n => k,
+            );
+        }
+        let st = status(st);
+        (st, if st == Status::Done { k } else { 0 })
+    }
+
     /// Commits `*word += delta` on CPU `cpu`.
     ///
     /// # Safety
@@ -400,7 +514,8 @@ mod imp {
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
 pub(crate) use imp::{
-    add, area, cpu, glibc_registered, membarrier_rseq, pop, push, register_membarrier,
+    add, area, cpu, glibc_registered, membarrier_rseq, pop, pop_bulk, push, push_bulk,
+    register_membarrier,
 };
 
 /// Whether glibc registered this process's rseq areas (as opposed to this crate, per thread).

@@ -1,4 +1,5 @@
 //! The only place in this crate that names atomics, `UnsafeCell`, `Mutex` and thread-locals.
+//! It also holds [`Counter`], the statistics counter of slow paths.
 //!
 //! Under `--cfg lockless_loom` the atomics, the mutex and the thread-local macro come from
 //! [loom], so the model checker sees every shared access and gives each modelled thread its own
@@ -77,4 +78,37 @@ loom::thread_local! {
 #[cfg(lockless_loom)]
 pub(crate) fn current_cpu() -> Option<u32> {
     Some(SIM_CPU.with(core::cell::Cell::get))
+}
+
+/// A statistics counter bumped on slow paths (Relaxed: it orders nothing). Under loom it counts
+/// nothing, so the models do not explore its interleavings.
+#[cfg(not(lockless_loom))]
+#[derive(Debug, Default)]
+pub(crate) struct Counter(std::sync::atomic::AtomicU64);
+
+#[cfg(not(lockless_loom))]
+impl Counter {
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// See the non-loom definition.
+#[cfg(lockless_loom)]
+#[derive(Debug, Default)]
+pub(crate) struct Counter;
+
+#[cfg(lockless_loom)]
+impl Counter {
+    #[inline]
+    pub(crate) fn add(&self, _n: u64) {}
+
+    pub(crate) fn get(&self) -> u64 {
+        0
+    }
 }

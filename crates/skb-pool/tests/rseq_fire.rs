@@ -4,7 +4,8 @@
 //! another thread. Asserts conservation — no frame held twice at once (an atomic "held" flag
 //! per frame and a tag in its bytes), every frame back and reachable, each exactly once, at the
 //! end — and, for `PerCpu::Rseq`, that the kernel did abort critical sections (counted by the
-//! pool). Bounded by iteration counts, never by wall time.
+//! pool), in a second run the bulk sections (`Pool::alloc_bulk`, `Pool::free_bulk`) too.
+//! Bounded by iteration counts, never by wall time.
 //!
 //! Also run it with glibc's rseq registration off, so the crate registers its own areas:
 //! `GLIBC_TUNABLES=glibc.pthread.rseq=0 cargo test -p skb-pool --test rseq_fire`, and under
@@ -104,18 +105,25 @@ impl Shared {
         skb.put(16).unwrap().fill(tag);
     }
 
-    fn give_back(&self, skb: Skb, tag: u8) {
+    /// Checks the frame's tag and marks it no longer held; the caller frees it.
+    fn release(&self, skb: &Skb, tag: u8) {
         assert!(
             skb.data().iter().all(|&b| b == tag),
             "frame {} written by another holder",
             skb.frame_index()
         );
         self.held[skb.frame_index() as usize].store(false, Ordering::Release);
+    }
+
+    fn give_back(&self, skb: Skb, tag: u8) {
+        self.release(&skb, tag);
         drop(skb);
     }
 }
 
-fn worker(pool: &Pool, sh: &Shared, me: usize, cpus: &[usize], n: usize) {
+/// One thread's loop; with `bulk`, frames come from `Pool::alloc_bulk` and go back through
+/// `Pool::free_bulk` (the bulk critical sections), else one by one.
+fn worker(pool: &Pool, sh: &Shared, me: usize, cpus: &[usize], n: usize, bulk: bool) {
     let tag = me as u8 + 1;
     let mut mine: Vec<Skb> = Vec::with_capacity(BURST);
     let mut step = me;
@@ -123,7 +131,19 @@ fn worker(pool: &Pool, sh: &Shared, me: usize, cpus: &[usize], n: usize) {
         step += 1;
         pin(cpus[step % cpus.len()]);
         let want = 1 + (i + me) % BURST;
-        for _ in 0..want {
+        if bulk {
+            let got = pool.alloc_bulk(want, &mut mine);
+            assert_eq!(
+                got,
+                want,
+                "exhausted with at most {} frames held",
+                THREADS * BURST * 2
+            );
+            for skb in &mut mine {
+                sh.take(skb, tag);
+            }
+        }
+        for _ in 0..if bulk { 0 } else { want } {
             match pool.alloc() {
                 Ok(mut skb) => {
                     sh.take(&mut skb, tag);
@@ -149,13 +169,19 @@ fn worker(pool: &Pool, sh: &Shared, me: usize, cpus: &[usize], n: usize) {
         }
         let theirs = sh.exchange.lock().unwrap().pop();
         drop(theirs);
+        if bulk {
+            for skb in &mine {
+                sh.release(skb, tag);
+            }
+            pool.free_bulk(mine.drain(..));
+        }
         while let Some(skb) = mine.pop() {
             sh.give_back(skb, tag);
         }
     }
 }
 
-fn fire(mode: PerCpu) {
+fn fire(mode: PerCpu, bulk: bool) {
     let pool = Pool::builder()
         .frame_count(FRAMES)
         .cache_max(32)
@@ -180,11 +206,12 @@ fn fire(mode: PerCpu) {
                 let (pool, sh, cpus, start) = (&pool, &sh, &cpus, &start);
                 s.spawn(move || {
                     start.wait();
-                    worker(pool, sh, me, cpus, n);
+                    worker(pool, sh, me, cpus, n, bulk);
                 });
             }
         });
-        if mode != PerCpu::Rseq || pool.per_cpu_stats().aborts > 0 {
+        let st = pool.per_cpu_stats();
+        if mode != PerCpu::Rseq || (st.aborts > 0 && (!bulk || st.bulk_aborts > 0)) {
             break;
         }
     }
@@ -192,9 +219,11 @@ fn fire(mode: PerCpu) {
     drop(sh.exchange.lock().unwrap().drain(..));
     let st = pool.per_cpu_stats();
     eprintln!(
-        "{mode:?}: {} signals, {} aborts, {} shared-path operations, {:?}",
+        "{mode:?} (bulk {bulk}): {} signals, {} aborts ({} in bulk sections), {} shared-path \
+         operations, {:?}",
         SIGNALS.load(Ordering::Relaxed) - signals0,
         st.aborts,
+        st.bulk_aborts,
         st.shared_path,
         st.cpus
     );
@@ -203,6 +232,12 @@ fn fire(mode: PerCpu) {
             st.aborts > 0,
             "no rseq abort in 20 rounds of {n} iterations × {THREADS} threads"
         );
+        if bulk {
+            assert!(
+                st.bulk_aborts > 0,
+                "no bulk-section abort in 20 rounds of {n} iterations × {THREADS} threads"
+            );
+        }
     }
     assert!(
         SIGNALS.load(Ordering::Relaxed) > signals0,
@@ -249,7 +284,9 @@ fn per_cpu_caches_conserve_frames_under_migration_and_signals() {
         skb_pool::rseq::registered_by_glibc()
     );
     if skb_pool::rseq::SUPPORTED {
-        fire(PerCpu::Rseq);
+        fire(PerCpu::Rseq, false);
+        fire(PerCpu::Rseq, true);
     }
-    fire(PerCpu::Locked);
+    fire(PerCpu::Locked, false);
+    fire(PerCpu::Locked, true);
 }
