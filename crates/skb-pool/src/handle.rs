@@ -365,7 +365,7 @@ impl Local {
 #[inline]
 pub(crate) fn free_frame(frame: Frame) {
     if frame.owner() & crate::percpu::HOME_FLAG != 0 {
-        let pool = frame.meta().pool;
+        let pool = frame.pool();
         // SAFETY: the frame is exclusively ours (its `Skb` is being dropped), in use, stamped by
         // the per-CPU path, and carries a reference to its pool, which is therefore alive.
         unsafe { PoolInner::percpu_free(NonNull::new_unchecked(pool.cast_mut()), frame) };
@@ -377,7 +377,7 @@ pub(crate) fn free_frame(frame: Frame) {
 /// [`free_frame`] of a frame a handle allocated.
 #[inline(never)]
 fn free_owned(frame: Frame) {
-    let pool = frame.meta().pool;
+    let pool = frame.pool();
     let local = LOCALS
         .try_with(|head| {
             let mut cur = head.get();
@@ -592,7 +592,7 @@ impl PoolHandle {
     pub fn free_bulk<I: IntoIterator<Item = Skb>>(&mut self, skbs: I) {
         for skb in skbs {
             let frame = skb.into_frame();
-            if frame.meta().pool != self.pool.inner.as_ptr().cast_const()
+            if frame.pool() != self.pool.inner.as_ptr().cast_const()
                 || frame.owner() & crate::percpu::HOME_FLAG != 0
             {
                 free_frame(frame);

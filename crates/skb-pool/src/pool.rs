@@ -28,7 +28,7 @@ use llist_defer::{Fifo, LList};
 
 use crate::error::{AddrError, BuildError, PoolError};
 use crate::handle::PoolHandle;
-use crate::meta::{Frame, FrameMeta, IN_FLIGHT, IN_USE, TAG_MASK};
+use crate::meta::{Frame, FrameMeta, IN_FLIGHT, IN_USE, SideArray, TAG_MASK};
 use crate::percpu::{MAX_CPUS, PerCpu, PerCpuState, PerCpuStats};
 use crate::region::{HugePages, Region};
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
@@ -286,7 +286,7 @@ pub(crate) struct PoolInner {
     pub(crate) overflow: LList<Frame>,
     pub(crate) slots: Box<[OwnerSlot]>,
     pub(crate) percpu: PerCpuState,
-    pub(crate) metas: Box<[FrameMeta]>,
+    pub(crate) metas: SideArray,
     pub(crate) region: Region,
 }
 
@@ -298,12 +298,10 @@ impl PoolInner {
         percpu: PerCpuState,
     ) -> NonNull<PoolInner> {
         let count = region.frame_count();
-        // Allocate first, so every frame's back pointer and every later access derive from the
+        // Allocate first, so every chunk header's pool pointer and every later access derive from the
         // one raw pointer the pool lives at.
         let raw: *mut PoolInner = Box::into_raw(Box::<PoolInner>::new_uninit()).cast();
-        let metas: Box<[FrameMeta]> = (0..count as u32)
-            .map(|i| FrameMeta::new(i, raw.cast_const()))
-            .collect();
+        let metas = SideArray::new(&region, cfg.headroom, raw.cast_const());
         let slots: Box<[OwnerSlot]> = (0..max_owners).map(|_| OwnerSlot::new()).collect();
         let inner = PoolInner {
             refs: AtomicUsize::new(BIAS),
@@ -468,7 +466,10 @@ impl PoolInner {
         }
         let index = (addr >> self.cfg.shift) as usize;
         let off = (addr & ((1u64 << self.cfg.shift) - 1)) as u32;
-        let meta = &self.metas[index];
+        let meta = self
+            .metas
+            .get(index)
+            .ok_or(AddrError::OutOfRegion { addr, region_len })?;
         let frame_base = (index as u64) << self.cfg.shift;
         let mut cur = meta.state.load(Ordering::Relaxed);
         loop {
@@ -648,7 +649,7 @@ impl Pool {
         for skb in skbs {
             let frame = skb.into_frame();
             let owner = frame.owner();
-            if frame.meta().pool != me
+            if frame.pool() != me
                 || owner & crate::percpu::HOME_FLAG == 0
                 || owner == crate::percpu::NO_HOME
             {
