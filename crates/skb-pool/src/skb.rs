@@ -147,6 +147,7 @@ impl Skb {
     }
 
     /// Sets the data window (RX).
+    #[inline]
     pub(crate) fn set_window(&mut self, head: u32, len: u32) {
         let m = self.m_mut();
         m.head = head;
@@ -216,6 +217,7 @@ impl Skb {
     ///
     /// [`SkbError::NotEmpty`] if data was already put, [`SkbError::NoTailroom`] if `n` exceeds
     /// the tailroom.
+    #[inline]
     pub fn reserve(&mut self, n: usize) -> Result<(), SkbError> {
         if !self.is_empty() {
             return Err(SkbError::NotEmpty { len: self.len() });
@@ -234,6 +236,7 @@ impl Skb {
     /// # Errors
     ///
     /// [`SkbError::NoTailroom`] if `n` exceeds the tailroom.
+    #[inline]
     pub fn put(&mut self, n: usize) -> Result<&mut [u8], SkbError> {
         let have = self.tailroom();
         if n > have {
@@ -250,6 +253,7 @@ impl Skb {
     /// # Errors
     ///
     /// [`SkbError::NoTailroom`] if they do not fit.
+    #[inline]
     pub fn put_slice(&mut self, bytes: &[u8]) -> Result<(), SkbError> {
         self.put(bytes.len())?.copy_from_slice(bytes);
         Ok(())
@@ -260,6 +264,7 @@ impl Skb {
     /// # Errors
     ///
     /// [`SkbError::NoHeadroom`] if `n` exceeds the headroom.
+    #[inline]
     pub fn push(&mut self, n: usize) -> Result<&mut [u8], SkbError> {
         let have = self.headroom();
         if n > have {
@@ -278,6 +283,7 @@ impl Skb {
     /// # Errors
     ///
     /// [`SkbError::TooShort`] if the data holds fewer than `n` bytes.
+    #[inline]
     pub fn pull(&mut self, n: usize) -> Result<&[u8], SkbError> {
         let have = self.len();
         if n > have {
@@ -292,6 +298,7 @@ impl Skb {
 
     /// `skb_trim`: cuts the data to `len` bytes. Like the kernel's, a no-op if the data is
     /// already that short; it never fails.
+    #[inline]
     pub fn trim(&mut self, len: usize) {
         if len < self.len() {
             self.m_mut().len = len as u32;
