@@ -298,8 +298,8 @@ impl PoolInner {
         percpu: PerCpuState,
     ) -> NonNull<PoolInner> {
         let count = region.frame_count();
-        // Allocate first, so every chunk header's pool pointer and every later access derive from the
-        // one raw pointer the pool lives at.
+        // Allocate first, so every chunk header's pool pointer and every later access derive
+        // from the one raw pointer the pool lives at.
         let raw: *mut PoolInner = Box::into_raw(Box::<PoolInner>::new_uninit()).cast();
         let metas = SideArray::new(&region, cfg.headroom, raw.cast_const());
         let slots: Box<[OwnerSlot]> = (0..max_owners).map(|_| OwnerSlot::new()).collect();
@@ -789,6 +789,10 @@ impl Pool {
         if addr >= region_len || (addr & (fs - 1)) + u64::from(len) > fs {
             return Err(AddrError::OutOfRegion { addr, region_len });
         }
+        // The kernel just wrote the packet and the caller reads it next: ask for its first line
+        // now, so that it arrives while the state word is validated (a hint: nothing is read
+        // from the frame before the validation succeeds).
+        llist_defer::hint::prefetch(inner.region.base().wrapping_add(addr as usize));
         let meta = inner.take_in_flight(addr, false)?;
         // SAFETY: as in `skb_from_addr`.
         let mut skb = unsafe { Skb::from_meta(meta) };
