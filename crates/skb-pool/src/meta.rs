@@ -29,8 +29,9 @@
 //! no load from the entry's own line. Headers are written once, before the pool is shared, and
 //! only read after, so every core keeps them cached (a handful of lines per pool); a consumer
 //! that receives a frame from another core can request its metadata line and its data line at
-//! once ([`Skb::prefetch`](crate::Skb::prefetch)) instead of learning the data address from
-//! the metadata. Nothing here lives in the region: the kernel can write neither a header nor an
+//! once instead of learning the data address from the metadata: `Skb::data` asks for the data
+//! line before it loads the data window, and [`Skb::prefetch`](crate::Skb::prefetch) asks for
+//! both lines ahead of use. Nothing here lives in the region: the kernel can write neither a header nor an
 //! entry, and addresses coming back from it are still validated against the entries' state.
 
 use core::ptr::NonNull;

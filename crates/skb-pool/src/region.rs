@@ -6,6 +6,10 @@
 //! by huge pages (`MAP_HUGETLB`), and prefaulted (`MAP_POPULATE`) so the first packet through a
 //! frame does not take a page fault. Under `--cfg lockless_loom` a page-aligned heap allocation
 //! stands in for the mapping.
+//!
+//! Nothing but packet bytes lives here: the per-frame metadata and the chunk headers that turn a
+//! metadata pointer into `base + index × frame_size` are in the side array (`meta.rs`), outside
+//! the mapping the kernel may write.
 
 use core::fmt;
 use core::ptr::NonNull;

@@ -13,7 +13,9 @@
 //! `trim` at the tail. Every operation is bounds-checked and refuses with a typed error instead
 //! of the kernel's `skb_over_panic`. An `Skb` is one pointer (to its frame's metadata line), so
 //! moving it through queues and defer lists is moving a word; dropping it returns the frame to
-//! its owner (see [`PoolHandle`](crate::PoolHandle)).
+//! its owner (see [`PoolHandle`](crate::PoolHandle)). The frame's address follows from that
+//! pointer alone (its side-array chunk header, see `meta.rs`), so [`Skb::prefetch`] can request
+//! the metadata and data lines together.
 
 use core::fmt;
 use core::mem::ManuallyDrop;
@@ -138,9 +140,12 @@ impl Skb {
     /// Hints the CPU to start loading this frame's metadata line and the line where a fresh
     /// frame's data starts (the pool's headroom), both at once. Both addresses come from the
     /// handle itself, so a thread that receives an `Skb` from another core waits for one miss,
-    /// not for the metadata before it can ask for the data. [`Node::from_link`] (how an `Skb`
-    /// leaves a queue, a defer list or a qdisc) issues it already; call it yourself one packet
-    /// ahead to hide the miss entirely. Only a hint: it changes nothing and never faults.
+    /// not for the metadata before it can ask for the data. [`data`](Self::data) and
+    /// [`data_mut`](Self::data_mut) ask for the data line themselves, and [`Node::from_link`]
+    /// (how an `Skb` leaves a queue, a defer list or a qdisc) for the metadata line; call this
+    /// one packet ahead of use to hide the misses entirely. Only a hint: it changes nothing and
+    /// never faults. Do not call it for a frame whose data this core will not read: the line
+    /// would leave the core that writes it next.
     #[inline]
     pub fn prefetch(&self) {
         prefetch_frame(self.meta);
@@ -188,20 +193,33 @@ impl Skb {
     /// The data bytes.
     #[inline]
     pub fn data(&self) -> &[u8] {
+        // Ask for the data line (where a fresh frame's data starts) before the metadata load
+        // that says where the data is: on a frame from another core, both misses overlap.
+        let frame = self.prefetch_data();
         let m = self.m();
         // SAFETY: head + len ≤ frame_size (every operation keeps it so), the frame is ours, and
         // the region outlives this borrow of the handle.
-        unsafe {
-            core::slice::from_raw_parts(self.frame_ptr().add(m.head as usize), m.len as usize)
-        }
+        unsafe { core::slice::from_raw_parts(frame.add(m.head as usize), m.len as usize) }
     }
 
     /// The data bytes, writable.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
+        let frame = self.prefetch_data();
         let (head, len) = (self.m().head as usize, self.m().len as usize);
         // SAFETY: as in `data`, and `&mut self` makes the view unique.
-        unsafe { core::slice::from_raw_parts_mut(self.frame_ptr().add(head), len) }
+        unsafe { core::slice::from_raw_parts_mut(frame.add(head), len) }
+    }
+
+    /// Starts loading the line at the pool's headroom (where data starts unless pushed or
+    /// pulled) and returns the frame's first byte, both from the handle alone.
+    #[inline]
+    fn prefetch_data(&self) -> *mut u8 {
+        let p = self.place();
+        // SAFETY: as in `shift`.
+        let headroom = unsafe { p.header.as_ref() }.headroom as usize;
+        llist_defer::hint::prefetch(p.frame.wrapping_add(headroom));
+        p.frame
     }
 
     #[inline]
@@ -484,10 +502,12 @@ unsafe impl Node for Skb {
 
     #[inline]
     unsafe fn from_link(link: NonNull<Link>) -> Self {
-        let meta = link.cast();
-        // A handle leaving a queue is about to be read, often on another core than the one
-        // that wrote it: ask for its metadata and data lines together.
-        prefetch_frame(meta);
+        let meta: NonNull<FrameMeta> = link.cast();
+        // A handle leaving a queue is about to be used, often on another core than the one
+        // that wrote it: ask for its metadata line now. Not for its data line: a consumer that
+        // never reads the data (a driver whose NIC or kernel copies it elsewhere) would take
+        // the line from the core that writes it next; `data()` asks for it when it is read.
+        llist_defer::hint::prefetch(meta.as_ptr());
         Skb { meta }
     }
 }
