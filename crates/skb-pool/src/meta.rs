@@ -185,6 +185,10 @@ const META_OFF: usize =
 pub(crate) const PER_CHUNK: usize = (CHUNK - META_OFF) / STRIDE;
 
 const _: () = assert!(CHUNK.is_power_of_two() && PER_CHUNK >= 1);
+// One entry per cache line (a shift, not a division, turns an entry address into its slot);
+// loom's instrumented atomics are larger, and only there may an entry span more.
+#[cfg(not(lockless_loom))]
+const _: () = assert!(STRIDE == 64 && META_OFF == 64 && PER_CHUNK == 1023);
 
 /// The read-only first line of a side-array chunk: what turns an entry pointer into its frame.
 #[repr(C, align(64))]
