@@ -653,6 +653,7 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
         threads.push(thread::spawn(move || {
             let mut l = s.local();
             start.wait();
+            let t0 = Instant::now();
             for i in 0..per {
                 s.poll(&mut l);
                 let mut tok = s.produce(&mut l, i as u8);
@@ -663,8 +664,9 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                     backoff.snooze();
                 }
             }
+            let t1 = Instant::now();
             drop(l);
-            0
+            (0, t0, t1)
         }));
     }
     {
@@ -672,6 +674,7 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
         threads.push(thread::spawn(move || {
             let mut l = s.local();
             start.wait();
+            let t0 = Instant::now();
             let (mut n, mut acc) = (0, 0);
             let backoff = Backoff::new();
             while n < total {
@@ -687,16 +690,24 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
                     }
                 }
             }
+            let t1 = Instant::now();
             drop(l);
-            acc
+            (acc, t0, t1)
         }));
     }
+    // As in `local`: the span runs from the first thread's start to the last one's end, read
+    // by the threads themselves (the main thread can wake from the barrier late).
+    let c0 = process_cpu_time();
     start.wait();
-    let (t0, c0) = (Instant::now(), process_cpu_time());
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
     for t in threads {
-        black_box(t.join().unwrap());
+        let (acc, t0, t1) = t.join().unwrap();
+        black_box(acc);
+        first = Some(first.map_or(t0, |f| f.min(t0)));
+        last = Some(last.map_or(t1, |l| l.max(t1)));
     }
-    let (wall, cpu) = (t0.elapsed(), process_cpu_time() - c0);
+    let cpu = process_cpu_time() - c0;
+    let wall = last.expect("a thread") - first.expect("a thread");
     let after = s.remote_stats();
     record(
         "pipeline",
