@@ -1066,40 +1066,25 @@ fn percpu_table(rounds: usize) {
         runner(Mimalloc),
     ];
     println!("per-CPU: {rounds} rounds, defer_max {}", defer_max());
-    println!(
-        "| local P | per-CPU rseq | per-CPU locked | per-owner | mimalloc | rseq/owner | rseq/mimalloc | locked/owner |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let slice = env_usize("SKB_BENCH_SLICE").unwrap_or(3_000_000) as u64;
-    for p in percpu_threads() {
-        let r = rotate(&local, rounds, "local", p, slice);
+    for pattern in ["local", "local_bulk"] {
         println!(
-            "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x |",
-            median(&r[0]),
-            median(&r[1]),
-            median(&r[2]),
-            median(&r[3]),
-            ratio(&r, 0, 2),
-            ratio(&r, 0, 3),
-            ratio(&r, 1, 2)
+            "| {pattern} P | per-CPU rseq | per-CPU locked | per-owner | mimalloc | rseq/owner | rseq/mimalloc | locked/owner |"
         );
-    }
-    println!(
-        "| local_bulk P | per-CPU rseq | per-CPU locked | per-owner | mimalloc | rseq/owner | rseq/mimalloc | locked/owner |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for p in percpu_threads() {
-        let r = rotate(&local, rounds, "local_bulk", p, slice);
-        println!(
-            "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x |",
-            median(&r[0]),
-            median(&r[1]),
-            median(&r[2]),
-            median(&r[3]),
-            ratio(&r, 0, 2),
-            ratio(&r, 0, 3),
-            ratio(&r, 1, 2)
-        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for p in percpu_threads() {
+            let r = rotate(&local, rounds, pattern, p, slice);
+            println!(
+                "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x |",
+                median(&r[0]),
+                median(&r[1]),
+                median(&r[2]),
+                median(&r[3]),
+                ratio(&r, 0, 2),
+                ratio(&r, 0, 3),
+                ratio(&r, 1, 2)
+            );
+        }
     }
     if std::env::var("SKB_BENCH_PERCPU").as_deref() == Ok("local") {
         return;
