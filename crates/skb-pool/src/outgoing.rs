@@ -16,7 +16,7 @@ use core::ptr::NonNull;
 use llist_defer::Fifo;
 
 use crate::meta::{Frame, FrameMeta};
-use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// No home: the batch is empty.
 const NONE: u32 = u32::MAX;
@@ -28,6 +28,10 @@ pub(crate) struct Outgoing {
     home: AtomicU32,
     /// Frames in `items` (under the lock; read without it for stats).
     count: AtomicUsize,
+    /// Frames ever added (written under the lock with a plain load and store, so counting a
+    /// remote free costs no read-modify-write on a line shared with other CPUs; read without
+    /// it for stats).
+    added: AtomicU64,
     /// Frame metadata addresses.
     items: Box<[AtomicUsize]>,
 }
@@ -44,6 +48,7 @@ impl Outgoing {
             lock: AtomicBool::new(false),
             home: AtomicU32::new(NONE),
             count: AtomicUsize::new(0),
+            added: AtomicU64::new(0),
             items: (0..batch.max(1)).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
@@ -51,6 +56,11 @@ impl Outgoing {
     /// Frames waiting in the batch (a snapshot).
     pub(crate) fn len(&self) -> usize {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// Frames ever added to the batch (a snapshot).
+    pub(crate) fn added(&self) -> u64 {
+        self.added.load(Ordering::Relaxed)
     }
 
     /// Adds a free frame (carrying no reference) for `home`. `Err(frame)` if the batch is busy
@@ -75,6 +85,9 @@ impl Outgoing {
         self.home.store(home, Ordering::Relaxed);
         n += 1;
         self.count.store(n, Ordering::Relaxed);
+        // Under the lock: only the holder writes `added`.
+        let a = self.added.load(Ordering::Relaxed);
+        self.added.store(a + 1, Ordering::Relaxed);
         if n == self.items.len() {
             // A different-home flush above left one frame, so with a batch of one both cannot
             // happen; with more, the new batch is not full yet.

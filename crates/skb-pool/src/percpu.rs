@@ -350,19 +350,19 @@ impl PerCpuState {
     /// commit left no trace. Kept to the rseq section alone so that it inlines into callers'
     /// loops.
     #[inline(always)]
-    fn try_fast(&self, want: Option<u32>, op: Op) -> Option<(usize, u32)> {
+    fn try_fast(&self, want: Option<u32>, op: Op) -> Result<(usize, u32), Option<u32>> {
         if self.mode != PerCpu::Rseq {
-            return None;
+            return Err(None);
         }
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
         {
             use crate::rseq::{self, Status};
-            let area = rseq::area()?;
+            let area = rseq::area().ok_or(None)?;
             let cpu = rseq::cpu(area);
             if want.is_some_and(|w| w != cpu) {
-                return None;
+                return Err(Some(cpu));
             }
-            let cache = self.cache_ref(cpu)?;
+            let cache = self.cache_ref(cpu).ok_or(None)?;
             // SAFETY: as in `run_rseq`: `area` is this thread's registered area; the word, the
             // items (`cap` of them) and `dying` live as long as the pool, which the caller's
             // reference keeps alive; in an Rseq pool only these sections, on CPU `cpu`, write
@@ -375,17 +375,17 @@ impl PerCpuState {
                 }
             };
             if st == Status::Done {
-                return Some((item, cpu));
+                return Ok((item, cpu));
             }
             if st == Status::Abort {
                 self.count_abort();
             }
-            None
+            Err(None)
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
         {
             let _ = (want, op);
-            None
+            Err(None)
         }
     }
 
@@ -599,7 +599,8 @@ impl PerCpuState {
             refills: self.counters.refills.get(),
             drains: self.counters.drains.get(),
             flushes: self.counters.flushes.get(),
-            remote_frees: self.counters.remote_frees.get(),
+            remote_frees: self.counters.remote_frees.get()
+                + self.out.iter().map(|o| o.added()).sum::<u64>(),
             sends: self.counters.sends.get(),
             exhausted: self.counters.exhausted.get(),
         }
@@ -626,7 +627,7 @@ impl PoolInner {
     #[inline(always)]
     pub(crate) fn percpu_alloc(&self) -> Option<Frame> {
         let pc = &self.percpu;
-        if let Some((item, cpu)) = pc.try_fast(None, Op::Pop(POP_ALLOC)) {
+        if let Ok((item, cpu)) = pc.try_fast(None, Op::Pop(POP_ALLOC)) {
             // SAFETY: the caches hold only addresses of this pool's metadata entries.
             let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
             // `try_fast` committed on CPU `cpu`, so it has a slot.
@@ -848,11 +849,19 @@ impl PoolInner {
             // commits, the reference went with it and the pool is not touched again.
             let pc = unsafe { &this.as_ref().percpu };
             let push = Op::Push(frame.0.as_ptr() as usize, PUSH_FREE);
-            if pc
-                .try_fast(Some(u32::from(home & !HOME_FLAG)), push)
-                .is_some()
-            {
-                return;
+            let home = u32::from(home & !HOME_FLAG);
+            match pc.try_fast(Some(home), push) {
+                Ok(_) => return,
+                // Running on another CPU: remote, decided once from the home stamp and the
+                // CPU number the attempt read (a migration since only changes which CPU's
+                // outgoing batch takes the frame; the batch has its own lock).
+                Err(Some(cpu)) if (home as usize) < pc.slots.len() => {
+                    // SAFETY: forwarded contract, the frame marked free; `home` is in the
+                    // table.
+                    unsafe { PoolInner::percpu_free_remote(this, frame, home as usize, Some(cpu)) };
+                    return;
+                }
+                Err(_) => {}
             }
         }
         // SAFETY: forwarded contract.
@@ -882,7 +891,9 @@ impl PoolInner {
                     Res::Refused(_) => pool.flush_half(),
                     Res::NotHere => {
                         // SAFETY: forwarded contract; `home` came from this pool's table.
-                        unsafe { PoolInner::percpu_free_remote(this, frame, home as usize) };
+                        unsafe {
+                            PoolInner::percpu_free_remote(this, frame, home as usize, pc.cpu_now())
+                        };
                         return;
                     }
                     Res::NoCache => break,
@@ -905,27 +916,37 @@ impl PoolInner {
             .map_or_else(Fifo::new, |full| full.frames)
     }
 
-    /// A remote free: into this CPU's outgoing batch for `home` (alone onto `home`'s defer list
-    /// if the batch is busy or the CPU has none), a full batch sent with one
-    /// `skb_attempt_defer_free`, then the reference dropped on the freeing CPU.
+    /// A remote free: into CPU `cpu`'s outgoing batch for `home` (the CPU the thread was seen
+    /// on; alone onto `home`'s defer list if the batch is busy or there is none), a full batch
+    /// sent with one `skb_attempt_defer_free`, then the reference dropped on the freeing CPU.
+    /// A frame that goes into a batch is counted by the batch, under its lock.
     ///
     /// # Safety
     ///
-    /// As [`percpu_free`](Self::percpu_free) (the frame already marked free).
+    /// As [`percpu_free`](Self::percpu_free) (the frame already marked free); `home` is in the
+    /// table.
     #[cold]
     #[inline(never)]
-    unsafe fn percpu_free_remote(this: NonNull<PoolInner>, frame: Frame, home: usize) {
+    unsafe fn percpu_free_remote(
+        this: NonNull<PoolInner>,
+        frame: Frame,
+        home: usize,
+        cpu: Option<u32>,
+    ) {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
-        pc.counters.remote_frees.add(1);
-        let batch = pc.cpu_now().and_then(|c| pc.out.get(c as usize));
-        let send = match batch {
-            Some(o) => match o.add(frame, home as u32) {
-                Ok(full) => full,
-                Err(frame) => Some(alone(frame, home)),
-            },
-            None => Some(alone(frame, home)),
+        let batch = cpu.and_then(|c| pc.out.get(c as usize));
+        let lone = match batch {
+            Some(o) => o.add(frame, home as u32),
+            None => Err(frame),
+        };
+        let send = match lone {
+            Ok(full) => full,
+            Err(frame) => {
+                pc.counters.remote_frees.add(1);
+                Some(alone(frame, home))
+            }
         };
         if let Some(full) = send {
             pool.send_home(full);

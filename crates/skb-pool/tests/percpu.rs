@@ -279,6 +279,8 @@ fn remote_frees_are_batched_per_freeing_cpu_and_partial_batches_are_reachable() 
             (4, 2),
             "{mode:?}: {st:?}"
         );
+        // Each remote free counted once, whether its batch went home or still waits.
+        assert_eq!((st.remote_frees, st.sends), (6, 1), "{mode:?}: {st:?}");
         // Everything is reachable from CPU 0, the 2 waiting frames included.
         let all: Vec<Skb> = on_cpu(0, || std::iter::from_fn(|| pool.alloc().ok()).collect());
         assert_eq!(all.len(), 64, "{mode:?}");
