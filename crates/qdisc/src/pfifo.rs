@@ -390,12 +390,10 @@ impl<P: Packet> Pfifo<P> {
                 to_free.drop_packet(pkt, DropReason::QdiscOverlimit);
             }
         }
-        self.queue.reserve(batch.len());
-        while let Some(pkt) = batch.pop_front() {
-            self.bytes_in += pkt.len() as u64;
-            // SAFETY: `reserve` above left room for the rest of the batch.
-            unsafe { self.queue.push_back_with_room(pkt) };
-        }
+        let rest = batch.len();
+        self.queue.reserve(rest);
+        // SAFETY: `reserve(rest)` above left room for the rest of the batch.
+        unsafe { self.queue.push_back_from(batch, rest, &mut self.bytes_in) };
         let queued = n.min(room);
         v.record_n(Verdict::Success, queued as usize);
         v.record_n(congested, (n - queued) as usize);
