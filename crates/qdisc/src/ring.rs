@@ -126,7 +126,7 @@ impl<P: Packet> Ring<P> {
     /// The ring has room for `n` more packets (after [`reserve`](Self::reserve)`(n)`) and
     /// `src` holds at least `n`. A shorter `src` stops the move early (safe); too little room
     /// would overwrite queued slots (two owning handles of one packet). Debug builds check.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn push_back_from(
         &mut self,
         src: &mut Fifo<P>,
