@@ -19,6 +19,7 @@
 //! far.
 
 use core::fmt;
+use core::mem::ManuallyDrop;
 
 use llist_defer::{Fifo, NodeRef};
 
@@ -328,13 +329,9 @@ impl<P: Packet> Pfifo<P> {
         let room = self.limit.saturating_sub(self.queue.len() as u64);
         let take = (n as u64).min(room) as usize;
         self.queue.reserve(take);
-        for _ in 0..take {
-            let Some(pkt) = batch.pop_front() else { break };
-            // Counted per packet, so that a panic in `len` leaves the counters true.
-            self.bytes_in += pkt.len() as u64;
-            // SAFETY: `reserve(take)` above left room for `take` packets.
-            unsafe { self.queue.push_back_with_room(pkt) };
-        }
+        // SAFETY: `reserve(take)` above left room for `take` packets, and the batch holds
+        // at least that many.
+        unsafe { self.queue.push_back_from(batch, take, &mut self.bytes_in) };
         self.fast_room = fast_room(self.kind, self.limit, &self.queue);
         let mut v = BatchVerdict::default();
         v.record_n(Verdict::Success, take);
@@ -393,12 +390,10 @@ impl<P: Packet> Pfifo<P> {
                 to_free.drop_packet(pkt, DropReason::QdiscOverlimit);
             }
         }
-        self.queue.reserve(batch.len());
-        while let Some(pkt) = batch.pop_front() {
-            self.bytes_in += pkt.len() as u64;
-            // SAFETY: `reserve` above left room for the rest of the batch.
-            unsafe { self.queue.push_back_with_room(pkt) };
-        }
+        let rest = batch.len();
+        self.queue.reserve(rest);
+        // SAFETY: `reserve(rest)` above left room for the rest of the batch.
+        unsafe { self.queue.push_back_from(batch, rest, &mut self.bytes_in) };
         let queued = n.min(room);
         v.record_n(Verdict::Success, queued as usize);
         v.record_n(congested, (n - queued) as usize);
@@ -427,6 +422,27 @@ impl<P: Packet> Pfifo<P> {
         self.removed_bytes += pkt.len() as u64;
         self.stats.drops += 1;
         Some(pkt)
+    }
+}
+
+/// A batched dequeue in progress: the chain and the byte count stay in registers while the
+/// ring is read (the caller's queue, written through on each packet, would keep its length in
+/// memory), and reach `out` and the counter once, when the batch ends or a packet's `len`
+/// panics (then only that packet is lost).
+struct Sent<'a, P: Packet> {
+    out: &'a mut Fifo<P>,
+    /// Handed over by value in `drop`, never dropped here, so that no call sees its address.
+    chain: ManuallyDrop<Fifo<P>>,
+    bytes_out: &'a mut u64,
+    bytes: u64,
+}
+
+impl<P: Packet> Drop for Sent<'_, P> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        *self.bytes_out += self.bytes;
+        let mut chain = core::mem::take(&mut *self.chain);
+        self.out.append(&mut chain);
     }
 }
 
@@ -466,18 +482,20 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
     }
 
     /// Pops up to `max` packets with one byte-counter update and one prefetch-depth test for
-    /// the batch.
+    /// the batch. The packets are linked into a chain of our own, appended to `out` once.
     fn dequeue_batch(&mut self, out: &mut Fifo<P>, max: usize) -> usize {
         let deep = self.queue.len() as u64 > PREFETCH_MIN_LEN;
-        let mut bytes = 0u64;
-        let n = self
-            .queue
+        let mut sent = Sent {
+            out,
+            chain: ManuallyDrop::new(Fifo::new()),
+            bytes_out: &mut self.stats.bytes,
+            bytes: 0,
+        };
+        self.queue
             .pop_front_batch(max, PREFETCH_AHEAD_BATCH, deep, |pkt| {
-                bytes += pkt.len() as u64;
-                out.push_back(pkt);
-            });
-        self.stats.bytes += bytes;
-        n
+                sent.bytes += pkt.len() as u64;
+                sent.chain.push_back(pkt);
+            })
     }
 
     #[inline]

@@ -15,9 +15,10 @@
 //! in steady state.
 
 use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
 
-use llist_defer::{Link, NodeRef};
+use llist_defer::{Fifo, Link, NodeRef};
 
 use crate::packet::Packet;
 
@@ -112,6 +113,48 @@ impl<P: Packet> Ring<P> {
         self.tail += 1;
     }
 
+    /// Moves the first `n` packets of `src` to the back, in order, and returns the sum of
+    /// their lengths. The slots are written as one contiguous run, or two at the wrap, with the
+    /// tail and the source queue kept in registers and stored once: no growth check, no index
+    /// mask per packet. One pass reads each packet once (its link and its length).
+    ///
+    /// If a packet's `len` panics, the packets moved before it stay queued and counted in
+    /// `*bytes_in`, the ones after it stay in `src`, and only that one is lost.
+    ///
+    /// # Safety
+    ///
+    /// The ring has room for `n` more packets (after [`reserve`](Self::reserve)`(n)`) and
+    /// `src` holds at least `n`. A shorter `src` stops the move early (safe); too little room
+    /// would overwrite queued slots (two owning handles of one packet). Debug builds check.
+    #[inline(always)]
+    pub(crate) unsafe fn push_back_from(
+        &mut self,
+        src: &mut Fifo<P>,
+        n: usize,
+        bytes_in: &mut u64,
+    ) {
+        debug_assert!(
+            self.slots.len() - self.len() >= n,
+            "push_back_from without room"
+        );
+        let start = (self.tail & self.mask) as usize;
+        let first = n.min(self.slots.len() - start);
+        // The runs are cut before the move starts: nothing but a packet's `len` may panic
+        // while it is under way, so the move's state needs no memory of its own.
+        let (front, back) = self.slots.split_at_mut(start);
+        let (run1, run2) = (&mut back[..first], &mut front[..n - first]);
+        let mut m = Move {
+            rest: ManuallyDrop::new(core::mem::take(src)),
+            src,
+            tail: &mut self.tail,
+            moved: 0,
+            bytes_in,
+            bytes: 0,
+        };
+        m.fill(run1);
+        m.fill(run2);
+    }
+
     /// Takes the front packet.
     #[inline]
     pub(crate) fn pop_front(&mut self) -> Option<P> {
@@ -138,24 +181,34 @@ impl<P: Packet> Ring<P> {
         mut f: impl FnMut(P),
     ) -> usize {
         let n = max.min(self.len());
-        let end = self.head + n as u64;
-        // Hints past the tail would read stale slots: only while `ahead` packets remain.
-        let prefetch_end = if prefetch {
-            self.tail.saturating_sub(ahead)
+        // Hints past the tail would read stale slots: only while `ahead` packets remain. The
+        // hinted takes come first and the rest follow in a loop without the test.
+        let hinted = if prefetch {
+            (self.tail.saturating_sub(ahead).saturating_sub(self.head) as usize).min(n)
         } else {
             0
         };
-        while self.head < end {
-            let slot = *self.slot(self.head);
-            if self.head < prefetch_end {
-                llist_defer::hint::prefetch(self.slot(self.head + ahead).link);
-            }
-            self.head += 1;
-            // SAFETY: a slot between head and tail holds a non-null link from `into_link` that
-            // only this ring owns; moving `head` past it gives ownership back exactly once.
-            f(unsafe { P::from_link(NonNull::new_unchecked(slot.link)) });
+        for _ in 0..hinted {
+            llist_defer::hint::prefetch(self.slot(self.head + ahead).link);
+            f(self.take_front());
+        }
+        for _ in hinted..n {
+            f(self.take_front());
         }
         n
+    }
+
+    /// Takes the front packet of a ring known not to be empty. `head` moves past it before
+    /// the caller sees it, so a panic in the caller cannot leave it owned twice.
+    #[inline(always)]
+    fn take_front(&mut self) -> P {
+        debug_assert!(!self.is_empty(), "take_front on an empty ring");
+        let slot = *self.slot(self.head);
+        self.head += 1;
+        // SAFETY: callers take at most `len()` packets; a slot between head and tail holds a
+        // non-null link from `into_link` that only this ring owns; moving `head` past it gives
+        // ownership back exactly once.
+        unsafe { P::from_link(NonNull::new_unchecked(slot.link)) }
     }
 
     /// Packets ever taken from the front (dequeued or dropped from the queue).
@@ -215,6 +268,47 @@ impl<P: Packet> Ring<P> {
     }
 }
 
+/// [`Ring::push_back_from`] in progress: the source queue and the counts live here, in
+/// registers, and are stored back once, when the move ends or unwinds.
+struct Move<'a, P: Packet> {
+    src: &'a mut Fifo<P>,
+    /// The packets not yet moved, taken out of `src` for the move. Handed back by value in
+    /// `drop`, never dropped here: so that no call sees its address and it stays in registers.
+    rest: ManuallyDrop<Fifo<P>>,
+    tail: &'a mut u64,
+    /// Slots written past `*tail`.
+    moved: u64,
+    bytes_in: &'a mut u64,
+    /// Their lengths, summed.
+    bytes: u64,
+}
+
+impl<P: Packet> Move<'_, P> {
+    /// Fills `run` (free slots, in ring order) from the front of `rest`.
+    #[inline(always)]
+    fn fill(&mut self, run: &mut [Slot]) {
+        for slot in run {
+            let Some(pkt) = self.rest.pop_front() else {
+                return;
+            };
+            self.bytes += pkt.len() as u64;
+            slot.link = pkt.into_link().as_ptr();
+            self.moved += 1;
+        }
+    }
+}
+
+impl<P: Packet> Drop for Move<'_, P> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        *self.tail += self.moved;
+        *self.bytes_in += self.bytes;
+        // `src` was emptied when the move began: what is left goes back in order, and `rest`
+        // is left empty.
+        *self.src = core::mem::take(&mut *self.rest);
+    }
+}
+
 impl<P: Packet> Drop for Ring<P> {
     fn drop(&mut self) {
         while self.pop_front().is_some() {}
@@ -224,7 +318,8 @@ impl<P: Packet> Drop for Ring<P> {
 #[cfg(all(test, not(lockless_loom)))]
 mod tests {
     use super::Ring;
-    use crate::TestPacket;
+    use crate::{Packet, TestPacket};
+    use llist_defer::Fifo;
 
     #[test]
     fn grows_when_full_keeping_order_across_the_wrap() {
@@ -252,5 +347,51 @@ mod tests {
         assert_eq!(next_out, next_in);
         assert_eq!(r.popped(), next_in);
         assert!(r.front().is_none());
+    }
+
+    #[test]
+    fn batch_moves_keep_order_and_bytes_across_the_wrap() {
+        let mut r = Ring::with_capacity(8);
+        let (mut next_in, mut next_out) = (0u64, 0u64);
+        // Head at 5 of 8: a move of 6 writes slots 5..8 then 0..3 (two runs).
+        for _ in 0..5 {
+            r.push_back(TestPacket::new(next_in, 60));
+            next_in += 1;
+        }
+        for _ in 0..5 {
+            assert_eq!(r.pop_front().unwrap().id(), next_out);
+            next_out += 1;
+        }
+        let mut src: Fifo<TestPacket> = (0..7)
+            .map(|i| TestPacket::new(next_in + i, 100 + i as usize))
+            .collect();
+        let mut bytes_in = 0;
+        r.reserve(6);
+        // SAFETY: `reserve(6)` above, and `src` holds 7.
+        unsafe { r.push_back_from(&mut src, 6, &mut bytes_in) };
+        next_in += 6;
+        assert_eq!(bytes_in, (100..106).sum::<u64>());
+        assert_eq!(r.len(), 6);
+        // The packet not moved stays in the source, in place.
+        assert_eq!(src.len(), 1);
+        assert_eq!(src.front().unwrap().id(), next_in);
+
+        let mut out = Fifo::new();
+        let mut bytes_out = 0;
+        let n = r.pop_front_batch(4, 2, true, |p| {
+            bytes_out += p.len() as u64;
+            out.push_back(p);
+        });
+        assert_eq!(n, 4);
+        assert_eq!(bytes_out, (100..104).sum::<u64>());
+        let n = r.pop_front_batch(32, 2, false, |p| out.push_back(p));
+        assert_eq!(n, 2);
+        assert!(r.is_empty());
+        assert_eq!(r.popped(), next_in);
+        for p in out {
+            assert_eq!(p.id(), next_out);
+            next_out += 1;
+        }
+        assert_eq!(next_out, next_in);
     }
 }
