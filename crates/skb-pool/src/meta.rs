@@ -113,9 +113,7 @@ impl Frame {
     /// The pool the frame belongs to, from its chunk header (not its metadata line).
     #[inline]
     pub(crate) fn pool(&self) -> *const PoolInner {
-        // SAFETY: the header is initialised and read-only while the pool lives, and the pool
-        // outlives every frame claim.
-        unsafe { place(self.0).header.as_ref() }.pool
+        place(self.0).header().pool
     }
 
     /// Marks the frame free. Relaxed: the list or cache it goes on orders the store.
@@ -215,6 +213,17 @@ pub(crate) struct Place {
     pub(crate) frame: *mut u8,
 }
 
+impl Place {
+    /// The chunk header: the pool's constants for this frame.
+    #[inline(always)]
+    pub(crate) fn header(&self) -> &ChunkHeader {
+        // SAFETY: a `Place` is computed from an entry of a live side array (see `place`), whose
+        // chunks open with an initialised header nobody writes after the pool is built; the
+        // frame claim it was computed for keeps the pool, and so the header, alive.
+        unsafe { self.header.as_ref() }
+    }
+}
+
 /// The entry's chunk header and frame, by arithmetic on `meta` and one load from the header line
 /// (never from the entry's own line).
 ///
@@ -243,11 +252,18 @@ pub(crate) fn place(meta: NonNull<FrameMeta>) -> Place {
 /// frame's data starts) and its metadata line, both at once: the lines a consumer reads next.
 #[inline(always)]
 pub(crate) fn prefetch_frame(meta: NonNull<FrameMeta>) {
-    let p = place(meta);
-    // SAFETY: the header is initialised and read-only (see `place`).
-    let headroom = unsafe { p.header.as_ref() }.headroom as usize;
-    llist_defer::hint::prefetch(p.frame.wrapping_add(headroom));
+    prefetch_data(meta);
     llist_defer::hint::prefetch(meta.as_ptr());
+}
+
+/// Hints the CPU to start loading the frame's data line at the pool's headroom (where a fresh
+/// frame's data starts unless pushed or pulled), and returns the frame's first byte, both from
+/// `meta` alone.
+#[inline(always)]
+pub(crate) fn prefetch_data(meta: NonNull<FrameMeta>) -> *mut u8 {
+    let p = place(meta);
+    llist_defer::hint::prefetch(p.frame.wrapping_add(p.header().headroom as usize));
+    p.frame
 }
 
 /// The side array: every frame's [`FrameMeta`], in [`CHUNK`]-aligned chunks that each open
@@ -394,8 +410,7 @@ mod tests {
             assert_eq!(inner.metas.len(), count);
             for (i, m) in inner.metas.iter().enumerate() {
                 let p = place(NonNull::from(m));
-                // SAFETY: the pool is alive, so its headers are.
-                let h = unsafe { p.header.as_ref() };
+                let h = p.header();
                 assert_eq!(
                     p.index as usize, i,
                     "index, shape {size}/{count}/{headroom}"

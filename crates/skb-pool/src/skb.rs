@@ -26,7 +26,7 @@ use llist_defer::{Link, Node};
 use crate::error::SkbError;
 use crate::meta::{
     F_CE, F_CONNECTED, F_SOCK, F_TSTAMP, Frame, FrameMeta, IN_FLIGHT, Place, SkbMeta, place,
-    prefetch_frame,
+    prefetch_data, prefetch_frame,
 };
 use crate::sync::Ordering;
 
@@ -122,9 +122,7 @@ impl Skb {
 
     #[inline]
     fn shift(&self) -> u32 {
-        // SAFETY: the header is initialised and read-only while the pool, which our reference
-        // keeps alive, exists.
-        unsafe { self.place().header.as_ref() }.shift
+        self.place().header().shift
     }
 
     #[inline]
@@ -215,11 +213,7 @@ impl Skb {
     /// pulled) and returns the frame's first byte, both from the handle alone.
     #[inline]
     fn prefetch_data(&self) -> *mut u8 {
-        let p = self.place();
-        // SAFETY: as in `shift`.
-        let headroom = unsafe { p.header.as_ref() }.headroom as usize;
-        llist_defer::hint::prefetch(p.frame.wrapping_add(headroom));
-        p.frame
+        prefetch_data(self.meta)
     }
 
     #[inline]
@@ -441,9 +435,7 @@ impl Skb {
     /// frame on its rings: the address would name a different frame of its UMEM).
     #[inline]
     pub fn belongs_to(&self, pool: &crate::Pool) -> bool {
-        // SAFETY: as in `shift`.
-        let header = unsafe { self.place().header.as_ref() };
-        core::ptr::eq(header.pool, pool.inner.as_ptr().cast_const())
+        core::ptr::eq(self.place().header().pool, pool.inner.as_ptr().cast_const())
     }
 
     /// The frame's index in the region.
@@ -456,8 +448,7 @@ impl Skb {
     #[inline]
     pub fn frame_addr(&self) -> u64 {
         let p = self.place();
-        // SAFETY: as in `shift`.
-        u64::from(p.index) << unsafe { p.header.as_ref() }.shift
+        u64::from(p.index) << p.header().shift
     }
 
     /// The first data byte as a region offset: the `addr` of an AF_XDP descriptor.
