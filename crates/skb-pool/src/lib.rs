@@ -56,6 +56,8 @@
 mod error;
 /// `PoolHandle`: owner-local cache, batched remote frees, the owner's drain.
 mod handle;
+/// Prefetch hints of a sent batch of frames, and the walk that follows them.
+mod hints;
 /// Per-frame metadata in a side array, and the free-frame node.
 mod meta;
 /// A CPU's outgoing batch of remote frees (per-CPU caches).

@@ -2,7 +2,7 @@
 //!
 //! Each frame has one [`FrameMeta`], exactly one cache line: the intrusive [`Link`] that puts it
 //! on lists, the atomic state word (`FREE`, `IN_USE`, or `IN_FLIGHT` with the data offset it was
-//! handed to the kernel with), and the `Skb` fields (data window, priority, hash, socket,
+//! handed to the kernel with), the prefetch hints of a batch in flight (`hints.rs`), and the `Skb` fields (data window, priority, hash, socket,
 //! timestamp, queue mapping, flags, owner).
 //!
 //! Why beside the region and not in the frame's headroom: the region is registered with the
@@ -80,6 +80,10 @@ pub(crate) struct FrameMeta {
     pub(crate) link: Link,
     /// `FREE`, `IN_USE`, or `IN_FLIGHT | data_offset << 2`.
     pub(crate) state: AtomicU32,
+    /// Batch prefetch hints (`hints.rs`): how many of the `data` words are ramp addresses.
+    pub(crate) ramp: UnsafeCell<u32>,
+    /// Batch prefetch hint (`hints.rs`): the entry `hints::AHEAD` frames further on, or 0.
+    pub(crate) ahead: UnsafeCell<usize>,
     pub(crate) data: UnsafeCell<SkbMeta>,
 }
 
@@ -88,6 +92,8 @@ impl FrameMeta {
         FrameMeta {
             link: Link::new(),
             state: AtomicU32::new(FREE),
+            ramp: UnsafeCell::new(0),
+            ahead: UnsafeCell::new(0),
             data: UnsafeCell::new(SkbMeta::default()),
         }
     }
@@ -147,6 +153,8 @@ impl Frame {
         );
         // SAFETY: the frame came off a free list or cache that only this thread holds now.
         unsafe {
+            *meta.ramp.get() = 0;
+            *meta.ahead.get() = 0;
             *meta.data.get() = SkbMeta {
                 head: headroom,
                 owner,

@@ -15,6 +15,7 @@ use core::ptr::NonNull;
 
 use llist_defer::Fifo;
 
+use crate::hints;
 use crate::meta::{Frame, FrameMeta};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -126,6 +127,7 @@ impl Outgoing {
         }
         let home = self.home.swap(NONE, Ordering::Relaxed);
         self.count.store(0, Ordering::Relaxed);
+        hints::mark(&frames);
         Full { frames, home }
     }
 }

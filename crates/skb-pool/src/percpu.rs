@@ -50,6 +50,7 @@ use std::sync::PoisonError;
 use crossbeam_utils::CachePadded;
 use llist_defer::{Chain, Fifo};
 
+use crate::hints;
 use crate::meta::{Frame, FrameMeta};
 use crate::outgoing::{Full, Outgoing};
 use crate::pool::PoolInner;
@@ -689,7 +690,7 @@ impl PoolInner {
     fn drain_cpu(&self, cpu: usize) {
         self.percpu.counters.drains.add(1);
         let chain = self.percpu.slots[cpu].drain();
-        self.stash(chain.reverse());
+        self.stash(hints::reverse(chain));
     }
 
     /// [`percpu_alloc`](Self::percpu_alloc) past its inlined attempt: every mode, every source.
@@ -749,11 +750,11 @@ impl PoolInner {
         let pc = &self.percpu;
         pc.counters.refills.add(1);
         let mut got: Fifo<Frame> = match pc.slots.get(cpu) {
-            Some(s) => s.drain().reverse(),
+            Some(s) => hints::reverse(s.drain()),
             None => Fifo::new(),
         };
         if got.is_empty() {
-            got = self.overflow.take_all().reverse();
+            got = hints::reverse(self.overflow.take_all());
         }
         if got.is_empty() {
             // Refill by half a cache (plus the frame returned), and leave the rest of the
@@ -991,7 +992,7 @@ fn probe<'a>(slots: impl Iterator<Item = &'a OwnerSlot>) -> Fifo<Frame> {
         if !s.looks_empty() {
             let chain: Chain<Frame> = s.drain();
             if !chain.is_empty() {
-                return chain.reverse();
+                return hints::reverse(chain);
             }
         }
     }
