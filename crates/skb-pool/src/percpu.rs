@@ -792,10 +792,12 @@ impl PoolInner {
     }
 
     /// Puts free frames (carrying no references) into this CPU's cache; what does not fit goes
-    /// to the depot.
+    /// to the depot. Called only on allocation paths, whose caller's `Pool` keeps the pool
+    /// alive.
     #[cold]
     #[inline(never)]
     fn stash(&self, mut frames: Fifo<Frame>) {
+        self.stash_bulk(&mut frames);
         while let Some(f) = frames.pop_front() {
             let addr = f.0.as_ptr() as usize;
             match self.percpu.run(None, Op::Push(addr, PUSH_SPARE)) {
@@ -808,6 +810,46 @@ impl PoolInner {
                         .push(frames);
                     return;
                 }
+            }
+        }
+    }
+
+    /// [`stash`](Self::stash)'s fast part (rseq pools): up to [`Pool::BULK`] frames per
+    /// critical section. The bulk push moves one reference per frame out of this CPU's share,
+    /// as a free does; these frames carry none, so the references are taken first (one atomic
+    /// add per section) and what did not fit gives its share back. Only the sum of the shares
+    /// and the atomic count matters, and it never dips below the truth. Stops at the first
+    /// short push (a full cache, a migration, an abort), leaving the rest in `frames`.
+    ///
+    /// [`Pool::BULK`]: crate::Pool::BULK
+    fn stash_bulk(&self, frames: &mut Fifo<Frame>) {
+        const BULK: usize = crate::Pool::BULK;
+        let pc = &self.percpu;
+        if pc.mode != PerCpu::Rseq {
+            return;
+        }
+        let mut buf = [0usize; BULK];
+        while frames.len() > 1 {
+            let Some(cpu) = pc.cpu_now() else { return };
+            let mut k = 0;
+            while k < BULK {
+                let Some(f) = frames.pop_front() else { break };
+                buf[k] = f.0.as_ptr() as usize;
+                k += 1;
+            }
+            self.acquire(k);
+            let pushed = pc.try_push_bulk(cpu, &buf[..k]);
+            if pushed < k {
+                // SAFETY: we took `k - pushed` references just above and give them back; the
+                // caller's `Pool` value keeps the count above zero, so the pool stays alive.
+                unsafe { PoolInner::release(NonNull::from(self), k - pushed) };
+                for &m in buf[pushed..k].iter().rev() {
+                    // SAFETY: these came off `frames` above: entries of this pool's frames.
+                    frames.push_front(Frame(unsafe {
+                        NonNull::new_unchecked(m as *mut FrameMeta)
+                    }));
+                }
+                return;
             }
         }
     }
