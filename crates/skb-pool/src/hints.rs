@@ -12,7 +12,10 @@
 //! are in flight at every step.
 //!
 //! Hints are only ever prefetched, never dereferenced: a stale or missing hint costs a wasted
-//! prefetch, never a wrong result, so no list protocol depends on them. They are written by the
+//! prefetch, never a wrong result, so no list protocol depends on them. A hint is 0 or the
+//! address of an entry of the same pool's side array (only [`mark`] writes one, with the
+//! entries of the batch it links), so computing a hinted frame's data address from its chunk
+//! header reads a live header, whatever the hint's age. They are written by the
 //! frames' holder before the batch is published (Release) and read by the holder after taking
 //! it (Acquire), like the links; an allocation clears them ([`Frame::init`]), and so does every
 //! walker, so a frame that later joins an unhinted list (the depot, a cache) carries none.
@@ -20,9 +23,11 @@
 //! This file owns the hint format and the two walks over it; it must not decide where a batch
 //! goes (`percpu.rs`, `handle.rs`, `remote.rs` do).
 
-use llist_defer::{Chain, Fifo, hint::prefetch};
+use core::ptr::NonNull;
 
-use crate::meta::{Frame, FrameMeta};
+use llist_defer::{Chain, Fifo, hint::prefetch_write};
+
+use crate::meta::{Frame, FrameMeta, prefetch_data_write};
 
 /// Frames after a batch head whose addresses the head carries.
 pub(crate) const RAMP: usize = 4;
@@ -75,28 +80,42 @@ const _: () = assert!(
         && core::mem::align_of::<crate::meta::SkbMeta>() >= core::mem::align_of::<usize>()
 );
 
-/// Prefetches what `frame`'s hints name, and clears them. The caller holds `frame`.
+/// Prefetches what `frame`'s hints name — each named frame's metadata line and data line, for
+/// writing, as allocation writes both — and clears them; and takes `frame`'s own data line,
+/// which no hint names when it heads a batch. The caller holds `frame`.
 #[inline]
 pub(crate) fn follow(frame: &Frame) {
     let meta = frame.0.as_ptr();
+    prefetch_data_write(frame.0);
     // SAFETY: the caller holds the frame exclusively (it just took it off a chain), so nobody
     // else touches its entry; the ramp slots are read only when `ramp` says the sender wrote
     // them (see `set_ramp`).
     unsafe {
         let ahead = *(*meta).ahead.get();
         if ahead != 0 {
-            prefetch(ahead as *const u8);
+            take(ahead);
             *(*meta).ahead.get() = 0;
         }
         let n = *(*meta).ramp.get() as usize;
         if n != 0 {
             let ramp = (*meta).data.get().cast::<usize>();
             for k in 0..n.min(RAMP) {
-                prefetch(ramp.add(k).read() as *const u8);
+                take(ramp.add(k).read());
             }
             *(*meta).ramp.get() = 0;
         }
     }
+}
+
+/// Prefetches, for writing, the entry at `addr` and its frame's data line. `addr` is a hint:
+/// 0 or an entry of the walker's pool (see the module docs), so its chunk header is live.
+#[inline(always)]
+fn take(addr: usize) {
+    let Some(meta) = NonNull::new(addr as *mut FrameMeta) else {
+        return;
+    };
+    prefetch_write(meta.as_ptr());
+    prefetch_data_write(meta);
 }
 
 /// [`Chain::reverse`] that follows the hints: the same frames, oldest first, with the lines of

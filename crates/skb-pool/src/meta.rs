@@ -274,6 +274,15 @@ pub(crate) fn prefetch_data(meta: NonNull<FrameMeta>) -> *mut u8 {
     p.frame
 }
 
+/// Hints the CPU to take the frame's data line at the pool's headroom for writing (the line a
+/// new owner of a free frame writes first), and returns the frame's first byte.
+#[inline(always)]
+pub(crate) fn prefetch_data_write(meta: NonNull<FrameMeta>) -> *mut u8 {
+    let p = place(meta);
+    llist_defer::hint::prefetch_write(p.frame.wrapping_add(p.header().headroom as usize));
+    p.frame
+}
+
 /// The side array: every frame's [`FrameMeta`], in [`CHUNK`]-aligned chunks that each open
 /// with a [`ChunkHeader`] (see the module docs). Owned by the pool; entries stay at their
 /// address until it is dropped.
