@@ -52,7 +52,7 @@ use llist_defer::{Chain, Fifo};
 
 use crate::hints;
 use crate::meta::{Frame, FrameMeta};
-use crate::outgoing::{Full, Outgoing};
+use crate::outgoing::{Appended, OutRing, RING};
 use crate::pool::PoolInner;
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Counter, Ordering, current_cpu, thread};
@@ -126,8 +126,10 @@ pub(crate) struct PerCpuState {
     cap: usize,
     caches: Box<[CachePadded<CpuCache>]>,
     pub(crate) slots: Box<[OwnerSlot]>,
-    /// Each CPU's outgoing batch of remote frees.
-    out: Box<[CachePadded<Outgoing>]>,
+    /// Each CPU's outgoing remote frees.
+    out: Box<[CachePadded<OutRing>]>,
+    /// Frames a ring gathers before they are sent: `remote_batch`, at most [`RING`].
+    batch: usize,
     dying: CachePadded<AtomicBool>,
     aborts: AtomicUsize,
     shared: AtomicUsize,
@@ -274,8 +276,9 @@ impl PerCpuState {
             caches,
             slots,
             out: (0..cpus)
-                .map(|_| CachePadded::new(Outgoing::new(batch)))
+                .map(|_| CachePadded::new(OutRing::new()))
                 .collect(),
+            batch: batch.clamp(1, RING),
             dying: CachePadded::new(AtomicBool::new(false)),
             aborts: AtomicUsize::new(0),
             shared: AtomicUsize::new(0),
@@ -462,6 +465,51 @@ impl PerCpuState {
         {
             let _ = (home, items);
             0
+        }
+    }
+
+    /// Appends a free frame (carrying no reference) to the outgoing ring of the CPU the thread
+    /// runs on (`cpu`, if the caller read it; `Locked` pools only use it). Returns what
+    /// happened and the CPU of the ring it concerned.
+    fn append_remote(&self, cpu: Option<u32>, item: usize) -> (Appended, u32) {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+        if self.mode == PerCpu::Rseq {
+            use crate::rseq::{self, Status};
+            let _ = cpu;
+            let Some(area) = rseq::area() else {
+                return (Appended::Busy, 0);
+            };
+            loop {
+                let cpu = rseq::cpu(area);
+                let Some(ring) = self.out.get(cpu as usize) else {
+                    return (Appended::Busy, cpu);
+                };
+                let (bottom, top, items) = ring.parts();
+                let c = rseq::CacheRef {
+                    word: bottom,
+                    items,
+                    cap: self.batch as u64,
+                    dying: self.dying.as_ptr().cast_const().cast::<u8>(),
+                };
+                // SAFETY: `area` is this thread's registered area; the ring (index words and
+                // `RING` slots, `batch` ≤ `RING`) and `dying` live as long as the pool, which
+                // the caller's frame reference keeps alive; in an Rseq pool only these
+                // sections, on CPU `cpu`, write the ring's write index and slots.
+                match unsafe { rseq::ring_push(area, cpu, c, top, item) } {
+                    Status::Done => return (Appended::In, cpu),
+                    Status::Refused => return (Appended::Full, cpu),
+                    Status::Dying => return (Appended::Busy, cpu),
+                    Status::WrongCpu => {}
+                    Status::Abort => self.count_abort(),
+                }
+            }
+        }
+        let Some(cpu) = cpu else {
+            return (Appended::Busy, 0);
+        };
+        match self.out.get(cpu as usize) {
+            Some(ring) => (ring.append_locked(item, self.batch), cpu),
+            None => (Appended::Busy, cpu),
         }
     }
 
@@ -949,20 +997,66 @@ impl PoolInner {
         unsafe { PoolInner::release(this, 1) };
     }
 
-    /// Frames of an outgoing batch that no free on its CPU will complete: the first non-empty
-    /// batch whose lock is free (one probe per CPU).
+    /// Frames of an outgoing ring that no free on its CPU may ever send: the first non-empty
+    /// ring's (one probe per CPU), of mixed homes.
     pub(crate) fn take_outgoing(&self) -> Fifo<Frame> {
-        self.percpu
-            .out
-            .iter()
-            .find_map(|o| o.try_take())
-            .map_or_else(Fifo::new, |full| full.frames)
+        let mut buf = [0usize; RING];
+        let mut out = Fifo::new();
+        for ring in self.percpu.out.iter() {
+            let n = ring.take(&mut buf);
+            for &m in &buf[..n] {
+                // SAFETY: rings hold only addresses of this pool's metadata entries, of free
+                // frames nobody else holds (the take made them ours).
+                out.push_back(Frame(unsafe {
+                    NonNull::new_unchecked(m as *mut FrameMeta)
+                }));
+            }
+            if n > 0 {
+                break;
+            }
+        }
+        out
     }
 
-    /// A remote free: into CPU `cpu`'s outgoing batch for `home` (the CPU the thread was seen
-    /// on; alone onto `home`'s defer list if the batch is busy or there is none), a full batch
-    /// sent with one `skb_attempt_defer_free`, then the reference dropped on the freeing CPU.
-    /// A frame that goes into a batch is counted by the batch, under its lock.
+    /// Empties CPU `cpu`'s outgoing ring and sends its frames home, one batch per home.
+    fn flush_ring(&self, cpu: u32) {
+        let Some(ring) = self.percpu.out.get(cpu as usize) else {
+            return;
+        };
+        let mut buf = [0usize; RING];
+        let n = ring.take(&mut buf);
+        // Every home first: once a batch is sent its frames are someone else's to touch.
+        let mut homes = [0u16; RING];
+        for (h, &m) in homes.iter_mut().zip(&buf[..n]) {
+            // SAFETY: the take made these free frames of this pool ours.
+            *h = Frame(unsafe { NonNull::new_unchecked(m as *mut FrameMeta) }).owner();
+        }
+        let mut left = n;
+        while left > 0 {
+            let home = homes[..n]
+                .iter()
+                .copied()
+                .find(|&h| h != 0)
+                .expect("a frame left");
+            let mut frames = Fifo::new();
+            for (h, &m) in homes[..n].iter_mut().zip(&buf[..n]) {
+                if *h == home {
+                    *h = 0;
+                    // SAFETY: as above.
+                    frames.push_back(Frame(unsafe {
+                        NonNull::new_unchecked(m as *mut FrameMeta)
+                    }));
+                }
+            }
+            left -= frames.len();
+            self.send_home(frames, u32::from(home & !HOME_FLAG));
+        }
+    }
+
+    /// A remote free: into the outgoing ring of the CPU the thread runs on (emptied and sent
+    /// home, one batch per home, when full; the frame sent home alone if no append is possible
+    /// now), then the reference dropped on the freeing CPU. `cpu` is the CPU the caller saw
+    /// the thread on (the `Locked` path appends there).
     ///
     /// # Safety
     ///
@@ -979,20 +1073,29 @@ impl PoolInner {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
-        let batch = cpu.and_then(|c| pc.out.get(c as usize));
-        let lone = match batch {
-            Some(o) => o.add(frame, home as u32),
-            None => Err(frame),
-        };
-        let send = match lone {
-            Ok(full) => full,
-            Err(frame) => {
-                pc.counters.remote_frees.add(1);
-                Some(alone(frame, home))
+        let item = frame.0.as_ptr() as usize;
+        let mut queued = false;
+        // A batch of one is the frame alone: no ring, so that no other freer ever holds it.
+        for _ in 0..if pc.batch > 1 { 2 } else { 0 } {
+            match pc.append_remote(cpu, item) {
+                (Appended::In, at) => {
+                    // A full batch goes now, as the kernel's `skb_attempt_defer_free` sends
+                    // each frame: nothing waits in a ring that its CPU's freers could fill.
+                    if pc.out[at as usize].len() >= pc.batch {
+                        pool.flush_ring(at);
+                    }
+                    queued = true;
+                    break;
+                }
+                (Appended::Full, full) => pool.flush_ring(full),
+                (Appended::Busy, _) => break,
             }
-        };
-        if let Some(full) = send {
-            pool.send_home(full);
+        }
+        if !queued {
+            pc.counters.remote_frees.add(1);
+            let mut frames = Fifo::new();
+            frames.push_back(frame);
+            pool.send_home(frames, home as u32);
         }
         match pc.run(None, Op::Add(DROP_REF)) {
             Res::Done(..) => {}
@@ -1004,27 +1107,18 @@ impl PoolInner {
     }
 
     /// `skb_attempt_defer_free` of a batch to its home CPU's defer list (kick at half).
-    fn send_home(&self, full: Full) {
+    fn send_home(&self, frames: Fifo<Frame>, home: u32) {
         self.percpu.counters.sends.add(1);
-        let k = full.frames.len();
-        let slot = &self.percpu.slots[full.home as usize];
-        let wake = match slot.defer(full.frames, k, self.cfg.defer_max, &self.overflow) {
+        let k = frames.len();
+        hints::mark(&frames);
+        let slot = &self.percpu.slots[home as usize];
+        let wake = match slot.defer(frames, k, self.cfg.defer_max, &self.overflow) {
             Deferred::Queued(Kick::Won(w)) => w,
             Deferred::Queued(Kick::None | Kick::AlreadyPending) | Deferred::Overflow => None,
         };
         if let Some(w) = wake {
             w();
         }
-    }
-}
-
-/// A one-frame batch for `home`.
-fn alone(frame: Frame, home: usize) -> Full {
-    let mut frames = Fifo::new();
-    frames.push_back(frame);
-    Full {
-        frames,
-        home: home as u32,
     }
 }
 

@@ -420,3 +420,35 @@ fn percpu_partial_outgoing_batch_is_not_stranded() {
         assert_all_reachable_from(&pool, 1, &skbs);
     });
 }
+
+/// Two remote frees on CPU 0 fill its outgoing ring (a batch of 2), so one of them empties it
+/// and sends the frames home — or finds it busy and sends its frame alone — while an
+/// allocator on CPU 1, with nothing else left anywhere, takes the ring whole. The takes race on
+/// the ring's read index; every frame ends up in exactly one place.
+#[test]
+fn percpu_full_ring_flush_races_a_thief() {
+    loom::model(|| {
+        let pool = percpu_pool_deferring(2, None, 8);
+        assert_eq!(pool.remote_batch(), 2);
+        skb_pool::loom_set_cpu(1);
+        let mut skbs: Vec<Skb> = (0..FRAMES).map(|_| pool.alloc().unwrap()).collect();
+        let (x, y) = (skbs.pop().unwrap(), skbs.pop().unwrap());
+        let t1 = thread::spawn(move || {
+            skb_pool::loom_set_cpu(0);
+            drop(x);
+        });
+        let t2 = thread::spawn(move || {
+            skb_pool::loom_set_cpu(0);
+            drop(y);
+        });
+        let p2 = pool.clone();
+        let a = thread::spawn(move || {
+            skb_pool::loom_set_cpu(1);
+            p2.alloc().ok()
+        });
+        t1.join().unwrap();
+        t2.join().unwrap();
+        skbs.extend(a.join().unwrap());
+        assert_all_reachable_from(&pool, 1, &skbs);
+    });
+}
