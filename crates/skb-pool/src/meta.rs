@@ -2,8 +2,8 @@
 //!
 //! Each frame has one [`FrameMeta`], exactly one cache line: the intrusive [`Link`] that puts it
 //! on lists, the atomic state word (`FREE`, `IN_USE`, or `IN_FLIGHT` with the data offset it was
-//! handed to the kernel with), the prefetch hints of a batch in flight (`hints.rs`), and the `Skb` fields (data window, priority, hash, socket,
-//! timestamp, queue mapping, flags, owner).
+//! handed to the kernel with), the prefetch hints of a batch in flight (`hints.rs`), and the
+//! `Skb` fields (data window, priority, hash, socket, timestamp, queue mapping, flags, owner).
 //!
 //! Why beside the region and not in the frame's headroom: the region is registered with the
 //! kernel as a UMEM, so the kernel (and, in zero-copy mode, the NIC) writes it; a link or a state

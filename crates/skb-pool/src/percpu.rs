@@ -4,10 +4,11 @@
 //! 64-bit word, the stack's count in the low 32 bits and the CPU's share of pool references in
 //! the high 32 — and a defer list (an [`OwnerSlot`], as a handle has). A thread allocates from
 //! the cache of the CPU it runs on and stamps the frame with that home CPU. Dropping the frame
-//! on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer list
+//! on its home CPU pushes it back there; on another CPU it joins that CPU's outgoing ring
+//! (`outgoing.rs`), whose full batches go onto the home CPU's defer list
 //! (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
 //! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when kicked or when
-//! its cache is dry. Every cache operation is one critical section that commits with a single
+//! its cache is dry, following the batch's prefetch hints (`hints.rs`). Every cache operation is one critical section that commits with a single
 //! store of the word:
 //!
 //! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW; the
@@ -156,7 +157,7 @@ pub struct CpuCacheStats {
     pub cached: usize,
     /// The CPU's defer count (frames deferred since its last drain; errs high after overflows).
     pub deferred: usize,
-    /// Frames freed on this CPU waiting in its outgoing batch for another CPU.
+    /// Frames freed on this CPU waiting in its outgoing ring for another CPU.
     pub outgoing: usize,
     /// Whether its defer list holds frames.
     pub has_deferred: bool,
@@ -945,7 +946,7 @@ impl PoolInner {
                 Ok(_) => return,
                 // Running on another CPU: remote, decided once from the home stamp and the
                 // CPU number the attempt read (a migration since only changes which CPU's
-                // outgoing batch takes the frame; the batch has its own lock).
+                // outgoing ring takes the frame; each append checks its own CPU).
                 Err(Some(cpu)) if (home as usize) < pc.slots.len() => {
                     // SAFETY: forwarded contract, the frame marked free; `home` is in the
                     // table.

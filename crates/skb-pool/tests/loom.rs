@@ -392,10 +392,10 @@ fn percpu_pool_dropped_while_frames_are_freed_at_home() {
     pool_dropped_while_frames_are_freed_on(1, 0);
 }
 
-/// A remote free waits in its CPU's outgoing batch (of 2) for a second one that never comes;
-/// an allocator on the home CPU, racing that free, must still find every frame: it takes the
-/// partial batch under the batch's lock (the anti-stranding probe), or the free takes it
-/// first, never both.
+/// A remote free waits in its CPU's outgoing ring (a batch of 2) for a second one that never
+/// comes; an allocator on the home CPU, racing that free, must still find every frame: it
+/// takes the partial batch with the ring's CAS (the anti-stranding probe), or the free does
+/// not get it in, never both.
 #[test]
 fn percpu_partial_outgoing_batch_is_not_stranded() {
     loom::model(|| {
