@@ -30,6 +30,8 @@
 //! curve fq_batch32 would have if its memory cost grew no more than the bound's,
 //! `(fq@first + (bound@N - bound@first)) / fq@first`, next to its measured curve. Where that
 //! exceeds a target for the curve, the target is out of reach on this machine.
+//! `fq_mem_bound_noindex` is the bound without the index line (flows found by their id), to
+//! show how much of the bound's growth that one random line a packet is.
 //!
 //! Run: `cargo bench --bench qdisc`; on a loaded machine, `QDISC_BENCH_ROUNDS=15 cargo bench
 //! --bench qdisc` interleaves the variants instead (see [`interleaved`]).
@@ -333,6 +335,9 @@ struct MemBound {
     batch: Vec<TestPacket>,
     /// Dequeue look-ahead in flows.
     d: usize,
+    /// Finds a flow by its id (the bench's flow ids are the slots) instead of through the
+    /// index: `fq_mem_bound_noindex`, the bound without its one random line a packet.
+    no_index: bool,
 }
 
 impl MemBound {
@@ -355,6 +360,7 @@ impl MemBound {
             rr: 0,
             batch: Vec::with_capacity(BATCH),
             d: 8,
+            no_index: false,
         };
         for p in packets(flows) {
             let id = Self::id(&p);
@@ -395,6 +401,9 @@ impl MemBound {
     /// The slot of flow `id` (it exists).
     #[inline]
     fn find(&self, id: u64) -> usize {
+        if self.no_index {
+            return id as usize;
+        }
         let mut pos = self.home(id);
         loop {
             let e = self.index[pos];
@@ -433,8 +442,10 @@ impl MemBound {
                 .wrapping_add(p.max_pacing_rate().unwrap_or(0));
             self.batch.push(p);
         }
-        for p in &self.batch {
-            llist_defer::hint::prefetch(&self.index[self.home(Self::id(p))]);
+        if !self.no_index {
+            for p in &self.batch {
+                llist_defer::hint::prefetch(&self.index[self.home(Self::id(p))]);
+            }
         }
         for p in &self.batch {
             llist_defer::hint::prefetch(&self.flows[self.find(Self::id(p))]);
@@ -456,9 +467,10 @@ impl MemBound {
 }
 
 /// [`MemBound`] as a [`Step`]: about `n` packets in batches of [`BATCH`].
-fn step_mem_bound(flows: usize, d: usize) -> Step {
+fn step_mem_bound(flows: usize, d: usize, no_index: bool) -> Step {
     let mut b = MemBound::new(flows);
     b.d = d;
+    b.no_index = no_index;
     Box::new(move |n| {
         let start = Instant::now();
         for _ in 0..n.div_ceil(BATCH as u64) {
@@ -483,13 +495,16 @@ fn fq_manual() -> qdisc::Fq<TestPacket> {
 /// the enqueue pipeline at distance `K` (the flow line prefetched at `K/2`) and the dequeue's
 /// look-ahead at `K` flows (0: no prefetch), or for `E/D` enqueue distance `E` and dequeue
 /// look-ahead `D`, and for `E/D/H` the flow line at `H`, to pick the distances by
-/// measurement; then `fq_mem_bound` (the memory floor, see [`MemBound`]) and, for each `D` of
-/// `QDISC_BENCH_BOUND_D=D1,..`, `fq_mem_bound_dD` with dequeue look-ahead `D` (8 by default).
+/// measurement; then `fq_mem_bound` (the memory floor, see [`MemBound`]),
+/// `fq_mem_bound_noindex` (the same without the index line: what the rest costs) and, for each
+/// `D` of `QDISC_BENCH_BOUND_D=D1,..`, `fq_mem_bound_dD` with dequeue look-ahead `D` (8 by
+/// default).
 fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
     let mut v: Vec<(&'static str, Step)> = vec![
         ("fq_loop32", step_batched(flows, fq_manual(), false)),
         ("fq_batch32", step_batched(flows, fq_manual(), true)),
-        ("fq_mem_bound", step_mem_bound(flows, 8)),
+        ("fq_mem_bound", step_mem_bound(flows, 8, false)),
+        ("fq_mem_bound_noindex", step_mem_bound(flows, 8, true)),
     ];
     // `QDISC_BENCH_BOUND_D=D1,D2,..`: `fq_mem_bound_dD`, the bound with dequeue look-ahead D.
     let ds = std::env::var("QDISC_BENCH_BOUND_D").unwrap_or_default();
@@ -498,7 +513,7 @@ fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
             panic!("QDISC_BENCH_BOUND_D: {d:?} is not a number");
         };
         let name: &'static str = Box::leak(format!("fq_mem_bound_d{d}").into_boxed_str());
-        v.push((name, step_mem_bound(flows, d)));
+        v.push((name, step_mem_bound(flows, d, false)));
     }
     let ks = std::env::var("QDISC_BENCH_FQ_K").unwrap_or_default();
     for k in ks.split(',').map(str::trim).filter(|k| !k.is_empty()) {

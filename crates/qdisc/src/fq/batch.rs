@@ -111,8 +111,9 @@ impl<P: Packet> Fq<P> {
     ///
     /// The panic promise: each packet is taken from the front of `batch` before anything is
     /// called on it, and the packets further on are read (their flow key, for the look-ahead)
-    /// only before the first is taken or while exactly one packet, the taken one, is in hand; so if a packet method panics,
-    /// the untaken packets are all still in `batch` and one packet is lost, as in the loop.
+    /// only before the first is taken or while exactly one packet, the taken one, is in hand;
+    /// so if a packet method panics, the untaken packets are all still in `batch` and at most
+    /// one packet is lost, as in the loop.
     pub(super) fn fq_enqueue_batch(
         &mut self,
         batch: &mut Fifo<P>,
