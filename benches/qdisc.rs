@@ -31,7 +31,9 @@
 //! `(fq@first + (bound@N - bound@first)) / fq@first`, next to its measured curve. Where that
 //! exceeds a target for the curve, the target is out of reach on this machine.
 //! `fq_mem_bound_noindex` is the bound without the index line (flows found by their id), to
-//! show how much of the bound's growth that one random line a packet is.
+//! show how much of the bound's growth that one random line a packet is, and
+//! `fq_mem_bound_idx4` the bound of an index a quarter of fq's (4-byte slot numbers, the key
+//! compared in the flow's line), a layout fq does not have.
 //!
 //! Run: `cargo bench --bench qdisc`; on a loaded machine, `QDISC_BENCH_ROUNDS=15 cargo bench
 //! --bench qdisc` interleaves the variants instead (see [`interleaved`]).
@@ -43,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use llist_defer::Fifo;
-use lockless_xmit::harness::median;
+use lockless_xmit::harness::{median, process_cpu_time};
 use qdisc::{
     FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, Packet, Pfifo, PfifoFastBuilder,
     Qdisc, TestPacket, ToFree,
@@ -309,6 +311,22 @@ struct BoundEntry {
 #[repr(align(64))]
 struct BoundFlow {
     head: Fifo<TestPacket>,
+    /// The flow's key, for [`BoundIndex::Slots`].
+    id: u64,
+}
+
+/// How [`MemBound`] finds a packet's flow.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BoundIndex {
+    /// fq's index: 16-byte entries holding the key, at most half full (`fq_mem_bound`).
+    Keys,
+    /// An index of 4-byte slot numbers, as many, the key compared in the flow's line (which
+    /// the packet needs anyway): a table a quarter of fq's (`fq_mem_bound_idx4`), the bound of
+    /// a layout fq does not have.
+    Slots,
+    /// No index: the bench's flow ids are the slots (`fq_mem_bound_noindex`), what everything
+    /// but the index line costs.
+    None,
 }
 
 /// `fq_mem_bound`: only the memory work fq cannot avoid per packet, on the same packets, the
@@ -328,6 +346,8 @@ struct BoundFlow {
 /// index entry), then stores the packets.
 struct MemBound {
     index: Vec<BoundEntry>,
+    /// The slots of `index`, for [`BoundIndex::Slots`].
+    slots: Vec<u32>,
     bits: u32,
     flows: Vec<BoundFlow>,
     /// The next flow the round robin serves.
@@ -335,9 +355,7 @@ struct MemBound {
     batch: Vec<TestPacket>,
     /// Dequeue look-ahead in flows.
     d: usize,
-    /// Finds a flow by its id (the bench's flow ids are the slots) instead of through the
-    /// index: `fq_mem_bound_noindex`, the bound without its one random line a packet.
-    no_index: bool,
+    mode: BoundIndex,
 }
 
 impl MemBound {
@@ -353,14 +371,18 @@ impl MemBound {
                 };
                 1 << bits
             ],
+            slots: vec![Self::VACANT; 1 << bits],
             bits,
             flows: (0..flows)
-                .map(|_| BoundFlow { head: Fifo::new() })
+                .map(|id| BoundFlow {
+                    head: Fifo::new(),
+                    id: id as u64,
+                })
                 .collect(),
             rr: 0,
             batch: Vec::with_capacity(BATCH),
             d: 8,
-            no_index: false,
+            mode: BoundIndex::Keys,
         };
         for p in packets(flows) {
             let id = Self::id(&p);
@@ -374,6 +396,7 @@ impl MemBound {
                     id,
                     slot: slot as u32,
                 };
+                b.slots[pos] = slot as u32;
             }
             // The bench's flows hold one packet each once the first `flows` are in; the extra
             // packets of the at-least-64 prefill (fewer than 64 flows) are not used here.
@@ -401,16 +424,33 @@ impl MemBound {
     /// The slot of flow `id` (it exists).
     #[inline]
     fn find(&self, id: u64) -> usize {
-        if self.no_index {
-            return id as usize;
-        }
         let mut pos = self.home(id);
-        loop {
-            let e = self.index[pos];
-            if e.id == id && e.slot != Self::VACANT {
-                return e.slot as usize;
-            }
-            pos = (pos + 1) & (self.index.len() - 1);
+        match self.mode {
+            BoundIndex::Keys => loop {
+                let e = self.index[pos];
+                if e.id == id && e.slot != Self::VACANT {
+                    return e.slot as usize;
+                }
+                pos = (pos + 1) & (self.index.len() - 1);
+            },
+            BoundIndex::Slots => loop {
+                let s = self.slots[pos] as usize;
+                if self.flows.get(s).is_some_and(|f| f.id == id) {
+                    return s;
+                }
+                pos = (pos + 1) & (self.slots.len() - 1);
+            },
+            BoundIndex::None => id as usize,
+        }
+    }
+
+    /// Starts loading the index line where a lookup of `id` begins.
+    #[inline]
+    fn prefetch_index(&self, id: u64) {
+        match self.mode {
+            BoundIndex::Keys => llist_defer::hint::prefetch(&self.index[self.home(id)]),
+            BoundIndex::Slots => llist_defer::hint::prefetch(&self.slots[self.home(id)]),
+            BoundIndex::None => {}
         }
     }
 
@@ -442,10 +482,8 @@ impl MemBound {
                 .wrapping_add(p.max_pacing_rate().unwrap_or(0));
             self.batch.push(p);
         }
-        if !self.no_index {
-            for p in &self.batch {
-                llist_defer::hint::prefetch(&self.index[self.home(Self::id(p))]);
-            }
+        for p in &self.batch {
+            self.prefetch_index(Self::id(p));
         }
         for p in &self.batch {
             llist_defer::hint::prefetch(&self.flows[self.find(Self::id(p))]);
@@ -467,10 +505,10 @@ impl MemBound {
 }
 
 /// [`MemBound`] as a [`Step`]: about `n` packets in batches of [`BATCH`].
-fn step_mem_bound(flows: usize, d: usize, no_index: bool) -> Step {
+fn step_mem_bound(flows: usize, d: usize, mode: BoundIndex) -> Step {
     let mut b = MemBound::new(flows);
     b.d = d;
-    b.no_index = no_index;
+    b.mode = mode;
     Box::new(move |n| {
         let start = Instant::now();
         for _ in 0..n.div_ceil(BATCH as u64) {
@@ -496,15 +534,23 @@ fn fq_manual() -> qdisc::Fq<TestPacket> {
 /// look-ahead at `K` flows (0: no prefetch), or for `E/D` enqueue distance `E` and dequeue
 /// look-ahead `D`, and for `E/D/H` the flow line at `H`, to pick the distances by
 /// measurement; then `fq_mem_bound` (the memory floor, see [`MemBound`]),
-/// `fq_mem_bound_noindex` (the same without the index line: what the rest costs) and, for each
+/// `fq_mem_bound_idx4` and `fq_mem_bound_noindex` (the same with an index a quarter of fq's,
+/// and without an index: what the rest costs; see [`BoundIndex`]) and, for each
 /// `D` of `QDISC_BENCH_BOUND_D=D1,..`, `fq_mem_bound_dD` with dequeue look-ahead `D` (8 by
 /// default).
 fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
     let mut v: Vec<(&'static str, Step)> = vec![
         ("fq_loop32", step_batched(flows, fq_manual(), false)),
         ("fq_batch32", step_batched(flows, fq_manual(), true)),
-        ("fq_mem_bound", step_mem_bound(flows, 8, false)),
-        ("fq_mem_bound_noindex", step_mem_bound(flows, 8, true)),
+        ("fq_mem_bound", step_mem_bound(flows, 8, BoundIndex::Keys)),
+        (
+            "fq_mem_bound_idx4",
+            step_mem_bound(flows, 8, BoundIndex::Slots),
+        ),
+        (
+            "fq_mem_bound_noindex",
+            step_mem_bound(flows, 8, BoundIndex::None),
+        ),
     ];
     // `QDISC_BENCH_BOUND_D=D1,D2,..`: `fq_mem_bound_dD`, the bound with dequeue look-ahead D.
     let ds = std::env::var("QDISC_BENCH_BOUND_D").unwrap_or_default();
@@ -513,7 +559,7 @@ fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
             panic!("QDISC_BENCH_BOUND_D: {d:?} is not a number");
         };
         let name: &'static str = Box::leak(format!("fq_mem_bound_d{d}").into_boxed_str());
-        v.push((name, step_mem_bound(flows, d, false)));
+        v.push((name, step_mem_bound(flows, d, BoundIndex::Keys)));
     }
     let ks = std::env::var("QDISC_BENCH_FQ_K").unwrap_or_default();
     for k in ks.split(',').map(str::trim).filter(|k| !k.is_empty()) {
@@ -567,9 +613,13 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
 /// variants of [`fq_batch_variants`] (for the flow curve, printed as each fq variant's median
 /// over its own at the first flow count, the in-round ratios fq_loop32/fq_batch32 and of each
 /// tuned variant and `fq_mem_bound` over fq_batch32, and `implied_min`), and
-/// `QDISC_BENCH_FLOWS=1,100` just those flow counts.
+/// `QDISC_BENCH_FLOWS=1,100` just those flow counts. `QDISC_BENCH_CPU=1` times each slice in
+/// the process's CPU time instead of wall time (the mode is single-threaded), so that a slice
+/// preempted by another process's build is not charged for the wait; caches and memory are
+/// still shared.
 fn interleaved(rounds: usize) {
     let only = std::env::var("QDISC_BENCH_ONLY").unwrap_or_default();
+    let cpu_time = std::env::var("QDISC_BENCH_CPU").is_ok_and(|v| v == "1");
     let flow_counts: Vec<usize> = std::env::var("QDISC_BENCH_FLOWS")
         .ok()
         .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
@@ -601,7 +651,14 @@ fn interleaved(rounds: usize) {
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
         for _ in 0..rounds {
             for (i, (_, step)) in variants.iter_mut().enumerate() {
-                ns[i].push(step(n).as_nanos() as f64 / n as f64);
+                let t = if cpu_time {
+                    let c0 = process_cpu_time();
+                    step(n);
+                    process_cpu_time() - c0
+                } else {
+                    step(n)
+                };
+                ns[i].push(t.as_nanos() as f64 / n as f64);
             }
         }
         for (i, (name, _)) in variants.iter().enumerate() {
