@@ -504,14 +504,16 @@ impl MemBound {
     }
 }
 
-/// [`MemBound`] as a [`Step`]: about `n` packets in batches of [`BATCH`].
+/// [`MemBound`] as a [`Step`]: about `n` packets in batches of [`BATCH`] (of one packet per
+/// flow, with fewer flows than that).
 fn step_mem_bound(flows: usize, d: usize, mode: BoundIndex) -> Step {
     let mut b = MemBound::new(flows);
     b.d = d;
     b.mode = mode;
+    let batch = BATCH.min(flows) as u64;
     Box::new(move |n| {
         let start = Instant::now();
-        for _ in 0..n.div_ceil(BATCH as u64) {
+        for _ in 0..n.div_ceil(batch) {
             black_box(b.step());
         }
         start.elapsed()
