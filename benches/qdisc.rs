@@ -22,6 +22,19 @@
 //! popped and enqueued), the engine's per-packet runner; their ratio is the batching speed-up.
 //! `pfifo` (no chain at all) stays as the floor.
 //!
+//! `fq_mem_bound` (interleaved mode, with the batched fq variants) is not a qdisc: it is the
+//! memory work fq cannot avoid per packet at each flow count, on the same packets in the same
+//! order and batches, pipelined as well as it can be (see [`MemBound`]). Its own cost at small
+//! flow counts means nothing; its growth with the flow count is the least that fq's memory
+//! work can grow by on this machine. So each flow count also prints `implied_min`: the flow
+//! curve fq_batch32 would have if its memory cost grew no more than the bound's,
+//! `(fq@first + (bound@N - bound@first)) / fq@first`, next to its measured curve. Where that
+//! exceeds a target for the curve, the target is out of reach on this machine.
+//! `fq_mem_bound_noindex` is the bound without the index line (flows found by their id), to
+//! show how much of the bound's growth that one random line a packet is, and
+//! `fq_mem_bound_idx4` the bound of an index a quarter of fq's (4-byte slot numbers, the key
+//! compared in the flow's line), a layout fq does not have.
+//!
 //! Run: `cargo bench --bench qdisc`; on a loaded machine, `QDISC_BENCH_ROUNDS=15 cargo bench
 //! --bench qdisc` interleaves the variants instead (see [`interleaved`]).
 
@@ -32,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use llist_defer::Fifo;
-use lockless_xmit::harness::median;
+use lockless_xmit::harness::{median, process_cpu_time};
 use qdisc::{
     FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, Packet, Pfifo, PfifoFastBuilder,
     Qdisc, TestPacket, ToFree,
@@ -287,6 +300,226 @@ fn step_vecdeque(flows: usize, read_len: bool) -> Step {
     })
 }
 
+/// An index entry of [`MemBound`]: the key and the flow's slot, 16 bytes as in fq's index.
+#[derive(Clone, Copy)]
+struct BoundEntry {
+    id: u64,
+    slot: u32,
+}
+
+/// A flow of [`MemBound`]: its one queued packet, alone in a cache line as fq's hot flow is.
+#[repr(align(64))]
+struct BoundFlow {
+    head: Fifo<TestPacket>,
+    /// The flow's key, for [`BoundIndex::Slots`].
+    id: u64,
+}
+
+/// How [`MemBound`] finds a packet's flow.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BoundIndex {
+    /// fq's index: 16-byte entries holding the key, at most half full (`fq_mem_bound`).
+    Keys,
+    /// An index of 4-byte slot numbers, as many, the key compared in the flow's line (which
+    /// the packet needs anyway): a table a quarter of fq's (`fq_mem_bound_idx4`), the bound of
+    /// a layout fq does not have.
+    Slots,
+    /// No index: the bench's flow ids are the slots (`fq_mem_bound_noindex`), what everything
+    /// but the index line costs.
+    None,
+}
+
+/// `fq_mem_bound`: only the memory work fq cannot avoid per packet, on the same packets, the
+/// same flow count and the same batches, with the flows served in fq's round-robin order
+/// (creation order, which the bench's steady state keeps).
+///
+/// Dequeue, per packet: the next flow's line (its head pointer), the head packet's link and the
+/// fields fq's dequeue needs (length, the socket's pacing rates). Enqueue, per packet: the
+/// packet's fields fq's enqueue needs (flow key, priority, stamp, length), the index line its
+/// key hashes to (the same multiplicative hash and table size as fq's index: at most half
+/// full, linear probing), and the flow's line, where the packet is stored. Nothing else: no
+/// band, credit, list, pacing or GC state, no counters.
+///
+/// Pipelined as well as it can be: the dequeue starts loading the flow `D` places ahead and
+/// the head packet of the one `D/2` ahead; the enqueue, with the whole batch in hand, starts
+/// loading every packet's index line first, then every flow line (each read from its loaded
+/// index entry), then stores the packets.
+struct MemBound {
+    index: Vec<BoundEntry>,
+    /// The slots of `index`, for [`BoundIndex::Slots`].
+    slots: Vec<u32>,
+    bits: u32,
+    flows: Vec<BoundFlow>,
+    /// The next flow the round robin serves.
+    rr: usize,
+    batch: Vec<TestPacket>,
+    /// Dequeue look-ahead in flows.
+    d: usize,
+    mode: BoundIndex,
+}
+
+impl MemBound {
+    const VACANT: u32 = u32::MAX;
+
+    fn new(flows: usize) -> MemBound {
+        let bits = (2 * flows).next_power_of_two().trailing_zeros().max(4);
+        let mut b = MemBound {
+            index: vec![
+                BoundEntry {
+                    id: 0,
+                    slot: Self::VACANT,
+                };
+                1 << bits
+            ],
+            slots: vec![Self::VACANT; 1 << bits],
+            bits,
+            flows: (0..flows)
+                .map(|id| BoundFlow {
+                    head: Fifo::new(),
+                    id: id as u64,
+                })
+                .collect(),
+            rr: 0,
+            batch: Vec::with_capacity(BATCH),
+            d: 8,
+            mode: BoundIndex::Keys,
+        };
+        for p in packets(flows) {
+            let id = Self::id(&p);
+            let slot = id as usize;
+            if b.flows[slot].head.is_empty() {
+                let mut pos = b.home(id);
+                while b.index[pos].slot != Self::VACANT {
+                    pos = (pos + 1) & (b.index.len() - 1);
+                }
+                b.index[pos] = BoundEntry {
+                    id,
+                    slot: slot as u32,
+                };
+                b.slots[pos] = slot as u32;
+            }
+            // The bench's flows hold one packet each once the first `flows` are in; the extra
+            // packets of the at-least-64 prefill (fewer than 64 flows) are not used here.
+            if b.flows[slot].head.is_empty() {
+                b.flows[slot].head.push_back(p);
+            }
+        }
+        b
+    }
+
+    #[inline]
+    fn id(p: &TestPacket) -> u64 {
+        match p.flow() {
+            FlowKey::Socket { id, .. } => id,
+            _ => unreachable!("the bench's packets are socket packets"),
+        }
+    }
+
+    /// fq's index hash: the top `bits` bits of a multiplicative mix of the key.
+    #[inline]
+    fn home(&self, id: u64) -> usize {
+        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+    }
+
+    /// The slot of flow `id` (it exists).
+    #[inline]
+    fn find(&self, id: u64) -> usize {
+        let mut pos = self.home(id);
+        match self.mode {
+            BoundIndex::Keys => loop {
+                let e = self.index[pos];
+                if e.id == id && e.slot != Self::VACANT {
+                    return e.slot as usize;
+                }
+                pos = (pos + 1) & (self.index.len() - 1);
+            },
+            BoundIndex::Slots => loop {
+                let s = self.slots[pos] as usize;
+                if self.flows.get(s).is_some_and(|f| f.id == id) {
+                    return s;
+                }
+                pos = (pos + 1) & (self.slots.len() - 1);
+            },
+            BoundIndex::None => id as usize,
+        }
+    }
+
+    /// Starts loading the index line where a lookup of `id` begins.
+    #[inline]
+    fn prefetch_index(&self, id: u64) {
+        match self.mode {
+            BoundIndex::Keys => llist_defer::hint::prefetch(&self.index[self.home(id)]),
+            BoundIndex::Slots => llist_defer::hint::prefetch(&self.slots[self.home(id)]),
+            BoundIndex::None => {}
+        }
+    }
+
+    #[inline]
+    fn flow_at(&self, ahead: usize) -> &BoundFlow {
+        let (i, n) = (self.rr + ahead, self.flows.len());
+        &self.flows[if i < n { i } else { i % n }]
+    }
+
+    /// One batch out and back in; returns a checksum of what was read.
+    #[inline(never)]
+    fn step(&mut self) -> u64 {
+        let mut sum = 0u64;
+        let d = self.d;
+        for _ in 0..BATCH.min(self.flows.len()) {
+            llist_defer::hint::prefetch(self.flow_at(d));
+            self.flow_at(d / 2).head.prefetch_front();
+            let p = self.flows[self.rr]
+                .head
+                .pop_front()
+                .expect("one packet per flow");
+            self.rr += 1;
+            if self.rr == self.flows.len() {
+                self.rr = 0;
+            }
+            sum = sum
+                .wrapping_add(p.len() as u64)
+                .wrapping_add(p.pacing_rate().unwrap_or(0))
+                .wrapping_add(p.max_pacing_rate().unwrap_or(0));
+            self.batch.push(p);
+        }
+        for p in &self.batch {
+            self.prefetch_index(Self::id(p));
+        }
+        for p in &self.batch {
+            llist_defer::hint::prefetch(&self.flows[self.find(Self::id(p))]);
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        for p in batch.drain(..) {
+            let slot = self.find(Self::id(&p));
+            sum = sum
+                .wrapping_add(u64::from(p.priority()))
+                .wrapping_add(p.tstamp().unwrap_or(0))
+                .wrapping_add(p.len() as u64);
+            let f = &mut self.flows[slot];
+            debug_assert!(f.head.is_empty());
+            f.head.push_back(p);
+        }
+        self.batch = batch;
+        sum
+    }
+}
+
+/// [`MemBound`] as a [`Step`]: about `n` packets in batches of [`BATCH`] (of one packet per
+/// flow, with fewer flows than that).
+fn step_mem_bound(flows: usize, d: usize, mode: BoundIndex) -> Step {
+    let mut b = MemBound::new(flows);
+    b.d = d;
+    b.mode = mode;
+    let batch = BATCH.min(flows) as u64;
+    Box::new(move |n| {
+        let start = Instant::now();
+        for _ in 0..n.div_ceil(batch) {
+            black_box(b.step());
+        }
+        start.elapsed()
+    })
+}
+
 /// FQ on a clock that costs one atomic load, with room for a million queued packets.
 fn fq_manual() -> qdisc::Fq<TestPacket> {
     FqBuilder::new()
@@ -301,21 +534,51 @@ fn fq_manual() -> qdisc::Fq<TestPacket> {
 /// prefetch distances, and, for each `K` of `QDISC_BENCH_FQ_K=K1,K2,..`, `fq_batch32_kK` with
 /// the enqueue pipeline at distance `K` (the flow line prefetched at `K/2`) and the dequeue's
 /// look-ahead at `K` flows (0: no prefetch), or for `E/D` enqueue distance `E` and dequeue
-/// look-ahead `D`, to pick the distances by measurement.
+/// look-ahead `D`, and for `E/D/H` the flow line at `H`, to pick the distances by
+/// measurement; then `fq_mem_bound` (the memory floor, see [`MemBound`]),
+/// `fq_mem_bound_idx4` and `fq_mem_bound_noindex` (the same with an index a quarter of fq's,
+/// and without an index: what the rest costs; see [`BoundIndex`]) and, for each
+/// `D` of `QDISC_BENCH_BOUND_D=D1,..`, `fq_mem_bound_dD` with dequeue look-ahead `D` (8 by
+/// default).
 fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
     let mut v: Vec<(&'static str, Step)> = vec![
         ("fq_loop32", step_batched(flows, fq_manual(), false)),
         ("fq_batch32", step_batched(flows, fq_manual(), true)),
+        ("fq_mem_bound", step_mem_bound(flows, 8, BoundIndex::Keys)),
+        (
+            "fq_mem_bound_idx4",
+            step_mem_bound(flows, 8, BoundIndex::Slots),
+        ),
+        (
+            "fq_mem_bound_noindex",
+            step_mem_bound(flows, 8, BoundIndex::None),
+        ),
     ];
+    // `QDISC_BENCH_BOUND_D=D1,D2,..`: `fq_mem_bound_dD`, the bound with dequeue look-ahead D.
+    let ds = std::env::var("QDISC_BENCH_BOUND_D").unwrap_or_default();
+    for d in ds.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let Ok(d) = d.parse::<usize>() else {
+            panic!("QDISC_BENCH_BOUND_D: {d:?} is not a number");
+        };
+        let name: &'static str = Box::leak(format!("fq_mem_bound_d{d}").into_boxed_str());
+        v.push((name, step_mem_bound(flows, d, BoundIndex::Keys)));
+    }
     let ks = std::env::var("QDISC_BENCH_FQ_K").unwrap_or_default();
     for k in ks.split(',').map(str::trim).filter(|k| !k.is_empty()) {
-        // `K` (both distances) or `E/D` (enqueue distance E, dequeue look-ahead D).
-        let (e, d) = k.split_once('/').unwrap_or((k, k));
-        let (Ok(e), Ok(d)) = (e.parse::<usize>(), d.parse::<usize>()) else {
-            panic!("QDISC_BENCH_FQ_K: {k:?} is not K or E/D");
+        // `K` (both distances), `E/D` (enqueue distance E, dequeue look-ahead D) or `E/D/H`
+        // (and the enqueue's flow line at H instead of E/2).
+        let mut parts = k.split('/').map(str::parse::<usize>);
+        let (e, d, h) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(Ok(e)), None, None, None) => (e, e, None),
+            (Some(Ok(e)), Some(Ok(d)), None, None) => (e, d, None),
+            (Some(Ok(e)), Some(Ok(d)), Some(Ok(h)), None) => (e, d, Some(h)),
+            _ => panic!("QDISC_BENCH_FQ_K: {k:?} is not K, E/D or E/D/H"),
         };
         let mut q = fq_manual();
         q.set_prefetch_distances(e, d);
+        if let Some(h) = h {
+            q.set_flow_prefetch_distance(h);
+        }
         let name: &'static str = Box::leak(format!("fq_batch32_k{k}").into_boxed_str());
         v.push((name, step_batched(flows, q, true)));
     }
@@ -350,15 +613,20 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
 /// fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the
 /// FIFO pair, `QDISC_BENCH_ONLY=fq` just `vecdeque`, `fq_manual_clock` and the batched fq
 /// variants of [`fq_batch_variants`] (for the flow curve, printed as each fq variant's median
-/// over its own at the first flow count, and the in-round ratio fq_loop32/fq_batch32), and
-/// `QDISC_BENCH_FLOWS=1,100` just those flow counts.
+/// over its own at the first flow count, the in-round ratios fq_loop32/fq_batch32 and of each
+/// tuned variant and `fq_mem_bound` over fq_batch32, and `implied_min`), and
+/// `QDISC_BENCH_FLOWS=1,100` just those flow counts. `QDISC_BENCH_CPU=1` times each slice in
+/// the process's CPU time instead of wall time (the mode is single-threaded), so that a slice
+/// preempted by another process's build is not charged for the wait; caches and memory are
+/// still shared.
 fn interleaved(rounds: usize) {
     let only = std::env::var("QDISC_BENCH_ONLY").unwrap_or_default();
+    let cpu_time = std::env::var("QDISC_BENCH_CPU").is_ok_and(|v| v == "1");
     let flow_counts: Vec<usize> = std::env::var("QDISC_BENCH_FLOWS")
         .ok()
         .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
         .unwrap_or_else(|| FLOWS.to_vec());
-    println!("flows variant median_ns min_ns");
+    println!("flows variant median_ns min_ns max_ns");
     let first_flows = flow_counts.first().copied().unwrap_or(0);
     let mut fq_base: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
     for flows in flow_counts {
@@ -385,12 +653,20 @@ fn interleaved(rounds: usize) {
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
         for _ in 0..rounds {
             for (i, (_, step)) in variants.iter_mut().enumerate() {
-                ns[i].push(step(n).as_nanos() as f64 / n as f64);
+                let t = if cpu_time {
+                    let c0 = process_cpu_time();
+                    step(n);
+                    process_cpu_time() - c0
+                } else {
+                    step(n)
+                };
+                ns[i].push(t.as_nanos() as f64 / n as f64);
             }
         }
         for (i, (name, _)) in variants.iter().enumerate() {
             let min = ns[i].iter().copied().fold(f64::INFINITY, f64::min);
-            println!("{flows} {name} {:.2} {min:.2}", median(&ns[i]));
+            let max = ns[i].iter().copied().fold(0.0, f64::max);
+            println!("{flows} {name} {:.2} {min:.2} {max:.2}", median(&ns[i]));
         }
         let index = |name: &str| variants.iter().position(|(n, _)| *n == name);
         // The flow curve: each fq variant's median against its own at the run's first flow count.
@@ -402,6 +678,24 @@ fn interleaved(rounds: usize) {
             let base = *fq_base.entry(*name).or_insert(m);
             println!("{flows} curve:{name}/{name}@{first_flows} {:.2}", m / base);
         }
+        // The least fq_batch32's curve can be if fq did its own work at no memory cost beyond
+        // what `fq_mem_bound` pays: fq's cost at the first flow count plus the growth of the
+        // bound's from there.
+        if let (Some(f), Some(b)) = (index("fq_batch32"), index("fq_mem_bound")) {
+            let (f0, b0) = (fq_base["fq_batch32"], fq_base["fq_mem_bound"]);
+            let (fm, bm) = (median(&ns[f]), median(&ns[b]));
+            println!(
+                "{flows} implied_min:fq_batch32/fq_batch32@{first_flows} {:.2} (curve {:.2})",
+                (f0 + (bm - b0)) / f0,
+                fm / f0
+            );
+        }
+        // Each tuned fq variant against the default, in-round.
+        let tuned = variants
+            .iter()
+            .map(|(n, _)| *n)
+            .filter(|n| n.starts_with("fq_batch32_k") || n.starts_with("fq_mem_bound"));
+        let tuned: Vec<(&str, &str)> = tuned.map(|n| (n, "fq_batch32")).collect();
         for (a, b) in [
             ("pfifo", "vecdeque"),
             ("pfifo_len", "vecdeque_len"),
@@ -409,7 +703,10 @@ fn interleaved(rounds: usize) {
             ("pfifo", "pfifo_batch32"),
             ("fq_manual_clock", "vecdeque"),
             ("fq_loop32", "fq_batch32"),
-        ] {
+        ]
+        .into_iter()
+        .chain(tuned)
+        {
             let (Some(a), Some(b)) = (index(a), index(b)) else {
                 continue;
             };

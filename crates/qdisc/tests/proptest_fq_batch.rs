@@ -4,10 +4,10 @@
 //! (sockets, reused socket identities, unconnected and orphan hashes) in 2–16 buckets (so a
 //! bucket holds more than the 8 flows one GC may free), random priorities, lengths, EDT stamps
 //! (some beyond the horizon), pacing rates and caps, TCP or not, limits and flow limits that
-//! drop, a flow-count cap, random prefetch distances (0, 1, the defaults, the largest; set
-//! explicitly, so the pipelines run at these few flows, where by default they would not), with
-//! dequeues, peeks and time steps between batches (sub-ms, past `refill_delay`, past the 3 s GC
-//! age).
+//! drop, a flow-count cap, random prefetch and flow-line distances (0, 1, the defaults, the
+//! largest; set explicitly, so the pipelines run at these few flows, where by default they would
+//! not), with dequeues, peeks and time steps between batches (sub-ms, past `refill_delay`, past
+//! the 3 s GC age).
 //!
 //! After every step the two must agree on: the batch's verdict counts and last verdict, the
 //! to-free list (ids in order, and counts per reason), the basic stats, every `FqStats` field
@@ -113,6 +113,8 @@ struct Opts {
     offload_us: u64,
     max_flows: Option<usize>,
     enqueue_distance: usize,
+    /// The enqueue's flow-line distance, if not half the enqueue distance.
+    flow_distance: Option<usize>,
     dequeue_distance: usize,
 }
 
@@ -131,14 +133,17 @@ fn opts() -> impl Strategy<Value = Opts> {
             prop_oneof![Just(0u64), 1u64..1000],
             prop_oneof![3 => Just(None), 1 => (1usize..60).prop_map(Some)],
         ),
-        prop::sample::select(vec![0usize, 1, 2, 3, 8, 16, 32, 1000]),
+        (
+            prop::sample::select(vec![0usize, 1, 2, 3, 8, 16, 32, 1000]),
+            prop::sample::select(vec![None, Some(0usize), Some(1), Some(4), Some(1000)]),
+        ),
         prop::sample::select(vec![0usize, 1, 2, 8, 64, 1000]),
     )
         .prop_map(
             |(
                 (hz, buckets_log, limit, flow_limit),
                 (maxrate, initial_quantum, horizon_drop, offload_us, max_flows),
-                enqueue_distance,
+                (enqueue_distance, flow_distance),
                 dequeue_distance,
             )| Opts {
                 hz,
@@ -151,6 +156,7 @@ fn opts() -> impl Strategy<Value = Opts> {
                 offload_us,
                 max_flows,
                 enqueue_distance,
+                flow_distance,
                 dequeue_distance,
             },
         )
@@ -226,6 +232,9 @@ fn check(o: &Opts, ops: &[Op]) -> Result<(), TestCaseError> {
     let (ca, cb) = (clock(), clock());
     let (mut batched, mut single) = (build(o, &ca), build(o, &cb));
     batched.set_prefetch_distances(o.enqueue_distance, o.dequeue_distance);
+    if let Some(h) = o.flow_distance {
+        batched.set_flow_prefetch_distance(h);
+    }
     let mut next_id = 0u64;
     for op in ops {
         match op {
@@ -335,7 +344,7 @@ fn gc_fast_path_and_limits_inside_one_batch_match_per_packet() {
         Op::Batch(flood),
         Op::Deq(50),
     ];
-    let opts = |enqueue_distance, dequeue_distance| Opts {
+    let opts = |enqueue_distance, flow_distance, dequeue_distance| Opts {
         hz: 1000,
         buckets_log: 1,
         limit: 500,
@@ -346,14 +355,22 @@ fn gc_fast_path_and_limits_inside_one_batch_match_per_packet() {
         offload_us: 0,
         max_flows: None,
         enqueue_distance,
+        flow_distance,
         dequeue_distance,
     };
-    for (e, d) in [(0, 0), (1, 1), (8, 8), (32, 64)] {
-        check(&opts(e, d), &ops).unwrap();
+    // The last: the default distances (16, flow line at 4, 8).
+    for (e, h, d) in [
+        (0, None, 0),
+        (1, None, 1),
+        (8, None, 8),
+        (32, None, 64),
+        (16, Some(4), 8),
+    ] {
+        check(&opts(e, h, d), &ops).unwrap();
     }
     // The scenario does exercise GC and the fast path (so the comparison above means something).
     let c = clock();
-    let mut q = build(&opts(8, 8), &c);
+    let mut q = build(&opts(8, None, 8), &c);
     let mut tf = ToFree::new();
     let mut id = 0;
     for op in &ops {

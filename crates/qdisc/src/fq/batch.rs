@@ -5,12 +5,15 @@
 //! so a batch gets exactly the verdicts, drops, counters and order of the packets one by one.
 //! This file must not decide anything itself.
 //!
-//! Enqueue, at packet `i`'s turn, with distance `k`: the flow key of packet `i + k` (read from
-//! the batch) picks its index line, which starts loading; the index line of packet `i + k/2`,
-//! loaded by then, names its flow, whose hot line starts loading; packet `i` is enqueued, its
-//! index and flow lines in cache. The look-ahead is speculative (GC, a new flow or an index
-//! growth between the prefetch and the packet's turn may make it stale), which costs a miss at
-//! worst, never a wrong answer.
+//! Enqueue, at packet `i`'s turn, with index distance `k` and flow distance `h < k`: the flow
+//! key of packet `i + k` (read from the batch) picks its index line, which starts loading; the
+//! index line of packet `i + h`, loaded by then, names its flow, whose hot line starts loading;
+//! packet `i` is enqueued, its index and flow lines in cache. Before the first packet, a
+//! prologue starts the index lines of packets `0 .. k` and then the flow lines of `0 .. h`, so
+//! the batch's first packets find their lines loading too (without it, at `k` = 16 in batches
+//! of 32, the pipeline was 9–12 % slower). The look-ahead is speculative (GC, a new flow or an
+//! index growth between the prefetch and the packet's turn may make it stale), which costs a
+//! miss at worst, never a wrong answer.
 //!
 //! Dequeue, before each packet, with distance `d`: the flows `d` and `d + 1` places behind the
 //! head of the list being served start loading, and so do the head packets of the flows `d/2`
@@ -32,13 +35,18 @@ const KEYS: usize = 64;
 pub(super) const MAX_ENQUEUE_DISTANCE: usize = KEYS / 2;
 /// The largest dequeue look-ahead.
 pub(super) const MAX_DEQUEUE_DISTANCE: usize = 64;
-/// Default enqueue distance, measured with `QDISC_BENCH_FQ_K` in `benches/qdisc.rs` (fq on the
-/// manual clock, batches of 32, one packet per flow): at 1 000 000 flows, enqueue/dequeue
-/// distances 4/8, 8/4, 8/8 and 8/16 were within 3 % of each other, 16/8 and 16/16 5–7 % slower,
-/// 32/8 clearly slower; at 300 000 flows 8/8 was the fastest of 8/8, 16/8, 16/16, 24/16, 16/32.
-/// Each pipeline pays on its own: 0/0 228 ns a packet, 8/0 165, 0/8 201, 8/8 133 (1 000 000
-/// flows, one run).
-pub(super) const DEFAULT_ENQUEUE_DISTANCE: usize = 8;
+/// Default enqueue (index line) distance, measured with `QDISC_BENCH_FQ_K=E/D/H` in
+/// `benches/qdisc.rs` (fq on the manual clock, batches of 32, one packet per flow, in-round
+/// ratios over 9 rounds on a busy machine, against 8/8/4 with the prologue): 16/8/4 0.85–0.93x
+/// the time at 100 000 and 300 000 flows and 0.94–0.95x at 1 000 000; 24/8/4 0.85x and 0.96x,
+/// 32/8/8 0.90–0.93x at 300 000 and 1 000 000 but 1.06x at 100 000; 16/8/2 0.87x and 0.98x.
+/// Before the prologue, with the flow line at half the distance: at 1 000 000 flows 4/8, 8/4,
+/// 8/8 and 8/16 were within 3 % of each other, 16/8 and 16/16 5–7 % slower, 32/8 clearly
+/// slower. Each pipeline pays on its own: 0/0 228 ns a packet, 8/0 165, 0/8 201, 8/8 133
+/// (1 000 000 flows, one run).
+pub(super) const DEFAULT_ENQUEUE_DISTANCE: usize = 16;
+/// Default distance of the enqueue's flow-line prefetch (see [`DEFAULT_ENQUEUE_DISTANCE`]).
+pub(super) const DEFAULT_FLOW_DISTANCE: usize = 4;
 /// Default dequeue look-ahead (see [`DEFAULT_ENQUEUE_DISTANCE`]).
 pub(super) const DEFAULT_DEQUEUE_DISTANCE: usize = 8;
 /// Fewer live flows than this and the pipelines stay off: the table is then in the caches and
@@ -56,6 +64,8 @@ pub(super) const PIPELINE_MIN_FLOWS: usize = 8192;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Distances {
     pub(super) enqueue: usize,
+    /// The enqueue's flow-line distance (at most `enqueue`).
+    pub(super) flow: usize,
     pub(super) dequeue: usize,
     pub(super) min_flows: usize,
 }
@@ -64,6 +74,7 @@ impl Default for Distances {
     fn default() -> Self {
         Distances {
             enqueue: DEFAULT_ENQUEUE_DISTANCE,
+            flow: DEFAULT_FLOW_DISTANCE,
             dequeue: DEFAULT_DEQUEUE_DISTANCE,
             min_flows: PIPELINE_MIN_FLOWS,
         }
@@ -72,7 +83,7 @@ impl Default for Distances {
 
 impl<P: Packet> Fq<P> {
     /// Sets the prefetch distances of [`enqueue_batch`](Qdisc::enqueue_batch) (`enqueue`, the
-    /// flow line being loaded at half of it; at most 32) and
+    /// index-line distance, the flow line then loaded at half of it; at most 32) and
     /// [`dequeue_batch`](Qdisc::dequeue_batch) (`dequeue` flows ahead in the round robin, at
     /// most 64); 0 turns a pipeline off, larger values are clamped. By default both run only
     /// while the table holds at least 8192 flows; after this call, at any number. Only speed
@@ -81,17 +92,28 @@ impl<P: Packet> Fq<P> {
     pub fn set_prefetch_distances(&mut self, enqueue: usize, dequeue: usize) {
         self.prefetch = Distances {
             enqueue: enqueue.min(MAX_ENQUEUE_DISTANCE),
+            flow: enqueue.min(MAX_ENQUEUE_DISTANCE) / 2,
             dequeue: dequeue.min(MAX_DEQUEUE_DISTANCE),
             min_flows: 0,
         };
+    }
+
+    /// Sets the enqueue pipeline's flow-line distance (4 by default, half the enqueue distance
+    /// after [`set_prefetch_distances`](Self::set_prefetch_distances); clamped to 1 ..= the
+    /// enqueue distance when the pipeline runs). Only speed changes, never a result. For tuning
+    /// with the `qdisc` bench.
+    #[doc(hidden)]
+    pub fn set_flow_prefetch_distance(&mut self, flow: usize) {
+        self.prefetch.flow = flow;
     }
 
     /// [`Qdisc::enqueue_batch`] with the prefetch pipeline.
     ///
     /// The panic promise: each packet is taken from the front of `batch` before anything is
     /// called on it, and the packets further on are read (their flow key, for the look-ahead)
-    /// only while exactly one packet, the taken one, is in hand; so if a packet method panics,
-    /// the untaken packets are all still in `batch` and one packet is lost, as in the loop.
+    /// only before the first is taken or while exactly one packet, the taken one, is in hand;
+    /// so if a packet method panics, the untaken packets are all still in `batch` and at most
+    /// one packet is lost, as in the loop.
     pub(super) fn fq_enqueue_batch(
         &mut self,
         batch: &mut Fifo<P>,
@@ -107,11 +129,23 @@ impl<P: Packet> Fq<P> {
             }
             return v;
         }
-        let half = (k / 2).max(1);
+        let h = self.prefetch.flow.clamp(1, k);
         // keys[j % KEYS] is the flow key of the batch's packet j, for j < `computed`.
         let mut keys = [0u128; KEYS];
-        let mut computed = 0usize;
         let total = batch.len();
+        // Prologue, no packet in hand yet: the first packets' index lines, then (the first of
+        // them loaded by the time they are read) their flow lines, so the batch's first `k`
+        // packets do not wait as a bare pipeline's would.
+        let mut computed = total.min(KEYS);
+        for (slot, p) in keys.iter_mut().zip(batch.iter()) {
+            *slot = self.key_of(p.flow()).0;
+        }
+        for &key in &keys[..total.min(k)] {
+            self.table.prefetch_index(key);
+        }
+        for &key in &keys[..total.min(h)] {
+            self.table.prefetch_flow_of(key);
+        }
         let mut i = 0usize;
         while let Some(pkt) = batch.pop_front() {
             // Packet i is in hand; the batch holds packets i + 1 .. total.
@@ -129,8 +163,8 @@ impl<P: Packet> Fq<P> {
             if i + k < total {
                 self.table.prefetch_index(keys[(i + k) % KEYS]);
             }
-            if i + half < total {
-                self.table.prefetch_flow_of(keys[(i + half) % KEYS]);
+            if i + h < total {
+                self.table.prefetch_flow_of(keys[(i + h) % KEYS]);
             }
             v.record(self.fq_enqueue_at(pkt, now, to_free));
             i += 1;

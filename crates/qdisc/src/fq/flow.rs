@@ -80,9 +80,11 @@ pub(super) struct Flow<P: Packet> {
     /// The band of the linear list's head packet.
     head_band: u8,
     flags: u8,
-    /// Bumped at each detachment of the flow in this slot and when the slot is freed, so a GC
-    /// entry of an earlier detachment is recognised as stale (see `FlowTable::push_age` for why
-    /// 32 bits cannot wrap onto a live entry). Kept across slot reuse.
+    /// A fresh value of the table's position counter at each detachment of the flow in this
+    /// slot (the position its GC entry takes), when the slot is freed and when it is created,
+    /// so a GC entry of an earlier detachment is recognised as stale and `FlowTable::reattach`
+    /// can find the current one (see `SWEEP_AT_MOST` for why 32 bits cannot wrap onto a live
+    /// entry). Kept across slot reuse.
     pub(super) detach_gen: u32,
 }
 

@@ -9,7 +9,9 @@
 //! trees:
 //!
 //! - each detachment is recorded in one queue ordered by age (`age = jiffies | 1`); entries
-//!   made stale by a flow's reactivation are skipped;
+//!   made stale by a flow's reactivation are skipped, and the reactivation marks its entry
+//!   stale where it finds it, so that GC drops it at the front at once, without reading the
+//!   flow;
 //! - at a GC point, every entry whose flow has become a candidate (`time_after(jiffies, age +
 //!   FQ_GC_AGE)`, which stays true until the flow is used again) moves to its bucket's
 //!   candidate list, in age order (amortized O(1) per detachment);
@@ -104,8 +106,8 @@ fn home(id: u64, kind: u32, bits: u32) -> usize {
     (h >> (64 - bits)) as usize
 }
 
-/// One detachment: the flow's slot, its age then (`jiffies | 1`) and which detachment of that
-/// slot it was (`Flow::detach_gen` then).
+/// One detachment: the flow's slot ([`NIL`] once known stale, see [`FlowTable::reattach`]), its
+/// age then (`jiffies | 1`) and which detachment of that slot it was (`Flow::detach_gen` then).
 #[derive(Debug, Clone, Copy)]
 struct GcEntry {
     age: u64,
@@ -114,17 +116,23 @@ struct GcEntry {
 }
 
 /// The age queue is swept when it holds more than `2 · slots + 64` entries, and at most this
-/// many: so between a sweep and the next fewer than `2^29 + 1` detachments happen, and a
-/// slot's 32-bit `detach_gen` (bumped by its detachments and frees) cannot come back to the
-/// value of a stale entry before the sweep removes it.
+/// many: so between a sweep and the next fewer than `2^29 + 1` entries are queued. A slot's
+/// `detach_gen` is, at each of its detachments, frees and its creation, a fresh value of the
+/// table's 32-bit position counter (advanced by each queued entry, free and creation), so it
+/// cannot come back to the value of a stale entry before the sweep removes it (that would take
+/// 2^32 pushes and frees, and frees need either a queued entry each, GC's, or a resize).
 const SWEEP_AT_MOST: usize = 1 << 29;
 
 /// Whether a GC entry is its slot's current detachment (not made stale by a later
 /// detachment, a reattachment or a free).
 #[inline]
 fn entry_is_current<P: Packet>(slots: &[Flow<P>], e: &GcEntry) -> bool {
-    let f = &slots[e.slot as usize];
-    f.state == FlowState::Detached && f.detach_gen == e.detach_gen
+    // A stale mark answers without reading the flow: the sweep of a churning table then reads
+    // the queue, not a flow line per entry.
+    e.slot != NIL && {
+        let f = &slots[e.slot as usize];
+        f.state == FlowState::Detached && f.detach_gen == e.detach_gen
+    }
 }
 
 /// A lookup hit: the flow's slot, its socket hash, and where its index entry is.
@@ -144,6 +152,9 @@ pub(super) struct FlowTable<P: Packet> {
     bits: u32,
     live: usize,
     ages: VecDeque<GcEntry>,
+    /// The position counter: advanced by every entry queued in `ages` (so the entry queued last
+    /// took `next_pos - 1`), every free and every slot creation; the source of `detach_gen`s.
+    next_pos: u32,
     /// `buckets_log`: the kernel's `fq_trees_log`, which picks a flow's bucket.
     buckets_log: u8,
     /// Per bucket, the detached flows that are GC candidates, oldest first.
@@ -164,6 +175,7 @@ impl<P: Packet> FlowTable<P> {
             bits,
             live: 0,
             ages: VecDeque::new(),
+            next_pos: 0,
             buckets_log,
             gc_lists: vec![GcList::EMPTY; 1 << buckets_log],
             candidates: 0,
@@ -285,7 +297,9 @@ impl<P: Packet> FlowTable<P> {
         let idx = match self.free.pop() {
             Some(i) => i,
             None if self.slots.len() < MAX_SLOTS => {
-                self.slots.push(Flow::new());
+                let mut f = Flow::new();
+                f.detach_gen = self.take_pos();
+                self.slots.push(f);
                 self.cold.push(FlowCold::new());
                 (self.slots.len() - 1) as u32
             }
@@ -420,6 +434,7 @@ impl<P: Packet> FlowTable<P> {
     /// swept out (order kept): bounded memory, amortized O(1) a push.
     fn push_age(&mut self, e: GcEntry) {
         self.ages.push_back(e);
+        self.next_pos = self.next_pos.wrapping_add(1);
         if self.ages.len() > (2 * self.slots.len() + 64).min(SWEEP_AT_MOST) {
             let slots = &self.slots;
             self.ages.retain(|e| entry_is_current(slots, e));
@@ -429,11 +444,12 @@ impl<P: Packet> FlowTable<P> {
     /// Marks flow `idx` detached (`fq_flow_set_detached`: `age = jiffies | 1`) and queues it
     /// for GC.
     pub(super) fn set_detached(&mut self, idx: u32, jiffies: u64) {
+        // The position this detachment's entry takes, so `reattach` can find it.
+        let detach_gen = self.next_pos;
         let f = &mut self.slots[idx as usize];
         f.state = FlowState::Detached;
         f.age = jiffies | 1;
-        f.detach_gen = f.detach_gen.wrapping_add(1);
-        let detach_gen = f.detach_gen;
+        f.detach_gen = detach_gen;
         self.push_age(GcEntry {
             age: jiffies | 1,
             slot: idx,
@@ -441,11 +457,35 @@ impl<P: Packet> FlowTable<P> {
         });
     }
 
-    /// A detached flow is used again: it is no GC candidate any more.
+    /// A fresh value of the position counter for a `detach_gen` that queues no entry.
+    #[inline]
+    fn take_pos(&mut self) -> u32 {
+        let p = self.next_pos;
+        self.next_pos = p.wrapping_add(1);
+        p
+    }
+
+    /// A detached flow is used again: it is no GC candidate any more, and its detachment's
+    /// entry is stale. If that entry is where it was queued (counted from the back: no sweep
+    /// since), it is marked stale ([`NIL`] slot), so that neither the sweep nor GC reads the
+    /// flow to find out, and GC drops it as soon as it is at the front. In a table whose flows
+    /// empty and refill all the time (every flow, at one packet queued per flow), the entry is
+    /// then a few dozen places from the back and in cache, the queue stays short, and the
+    /// sweep never runs; otherwise the entry is left to the usual check.
     #[inline]
     pub(super) fn reattach(&mut self, idx: u32) {
-        if self.slots[idx as usize].in_gc() {
+        let f = &self.slots[idx as usize];
+        if f.in_gc() {
             self.gc_unlink(idx);
+        }
+        let dgen = self.slots[idx as usize].detach_gen;
+        let back = self.next_pos.wrapping_sub(dgen) as usize;
+        if let Some(j) = self.ages.len().checked_sub(back) {
+            if let Some(e) = self.ages.get_mut(j) {
+                if e.slot == idx && e.detach_gen == dgen {
+                    e.slot = NIL;
+                }
+            }
         }
     }
 
@@ -498,8 +538,8 @@ impl<P: Packet> FlowTable<P> {
             self.remove_at(hit.pos);
         }
         // The slot's GC entries go stale.
-        let f = &mut self.slots[idx as usize];
-        f.detach_gen = f.detach_gen.wrapping_add(1);
+        let dgen = self.take_pos();
+        self.slots[idx as usize].detach_gen = dgen;
         self.free.push(idx);
         self.live -= 1;
     }
@@ -516,7 +556,8 @@ impl<P: Packet> FlowTable<P> {
     /// never the flow of `keep`. Returns how many were freed.
     pub(super) fn gc(&mut self, jiffies: u64, gc_age: u64, keep: u128) -> u32 {
         while let Some(&e) = self.ages.front() {
-            if !time_after(jiffies, e.age.wrapping_add(gc_age)) {
+            // An entry marked stale goes at once, due or not (it would be skipped when due).
+            if e.slot != NIL && !time_after(jiffies, e.age.wrapping_add(gc_age)) {
                 break;
             }
             self.ages.pop_front();
@@ -588,8 +629,10 @@ impl<P: Packet> FlowTable<P> {
         self.candidates = 0;
         self.free.clear();
         self.free.extend((0..self.slots.len() as u32).rev());
-        for f in &mut self.slots {
-            f.detach_gen = f.detach_gen.wrapping_add(1);
+        for i in 0..self.slots.len() {
+            let dgen = self.take_pos();
+            let f = &mut self.slots[i];
+            f.detach_gen = dgen;
             f.state = FlowState::Detached;
             f.set_in_gc(false);
         }
@@ -687,6 +730,55 @@ mod tests {
         t.set_detached(b, 6000);
         assert_eq!(t.gc(9002, 3000, mate), 1);
         assert_eq!(t.lookup(4), None);
+    }
+
+    /// Flows that empty and refill all the time, as at one packet queued per flow, keep the age
+    /// queue short: each reattachment marks its detachment's entry stale, and GC drops the
+    /// marked entries at the front without their being due. (Unmarked, the queue would grow to
+    /// its sweep threshold, 2 · 64 + 64 entries here.) A flow left detached keeps its entry,
+    /// becomes a candidate when it is due and is freed; the reattached ones never are.
+    #[test]
+    fn churning_flows_keep_the_age_queue_short() {
+        let mut t: FlowTable<TestPacket> = FlowTable::new(4);
+        let slots: Vec<u32> = (0..64u128)
+            .map(|k| t.insert(k << 1, 0, 1).unwrap())
+            .collect();
+        for &s in &slots {
+            t.reattach(s);
+            t.get_mut(s).state = FlowState::Listed;
+        }
+        let mut longest = 0;
+        for round in 0..50u64 {
+            // A batch out (every flow detached) and back in (every flow reattached but the
+            // last, on the last round).
+            for &s in &slots {
+                t.set_detached(s, 100 + round);
+            }
+            for &s in &slots {
+                if round == 49 && s == slots[63] {
+                    continue;
+                }
+                t.reattach(s);
+                t.get_mut(s).state = FlowState::Listed;
+            }
+            // A lookup's GC, long before anything is due.
+            assert_eq!(t.gc(100 + round, 3000, 1 << 1), 0);
+            if round < 49 {
+                longest = longest.max(t.age_queue_len());
+            }
+            t.check_gc().unwrap();
+        }
+        assert_eq!(longest, 0, "every marked entry dropped at the next GC");
+        assert_eq!(t.age_queue_len(), 1, "the detached flow's entry stays");
+        // When it is due, the flow left detached is the only one freed.
+        let bucket_mate = (0u128..)
+            .map(|id| id << 1)
+            .find(|&k| t.bucket(k) == t.bucket(63 << 1) && k != 63 << 1)
+            .unwrap();
+        assert_eq!(t.gc(100 + 49 + 3001, 3000, bucket_mate), 1);
+        assert_eq!(t.lookup(63 << 1), None);
+        assert_eq!(t.len(), 63);
+        t.check_gc().unwrap();
     }
 
     /// GC in one bucket: candidates become so only after 3·HZ jiffies past their odd age, leave
