@@ -8,7 +8,11 @@
 //! - `arrayqueue_pool`: a global pool of 4096 buffers in a `crossbeam_queue::ArrayQueue`;
 //! - `mutex_pool`: a global pool of 4096 buffers in a `Mutex<Vec<_>>`;
 //! - `handoff_bound` (pipeline only): no allocator, the bound they all share: each producer's
-//!   fixed buffers come back to it through its own `ArrayQueue` (see [`Circulate`]).
+//!   fixed buffers come back to it through its own `ArrayQueue` (see [`Circulate`]);
+//! - `meta_bound` (pipeline only, per-CPU table): the same circulation plus each buffer's
+//!   metadata line beside the slab, written by the producer and read and written by the
+//!   consumer: the bound of any pool that keeps its metadata out of the frames (see
+//!   [`MetaBound`]).
 //!
 //! Patterns:
 //! - `pipeline/P`: P producers allocate a buffer, write 64 bytes, and hand it through one
@@ -599,6 +603,79 @@ impl Strategy for Circulate {
     }
 }
 
+/// One buffer's out-of-band metadata line in [`MetaBound`].
+#[repr(align(64))]
+struct MetaLine([std::sync::atomic::AtomicU64; 8]);
+
+/// The handoff bound plus the one thing every pool that keeps its metadata outside the frames
+/// must also move (the design `skb_pool` is held to: no link or state word in UMEM memory):
+/// each buffer's metadata line, in an array beside the slab, is written by the producer when
+/// it takes the buffer (a new frame's fields), read by the consumer (the data window) and
+/// written by it when it gives the buffer back (its state). So each buffer costs two lines
+/// across cores each way instead of one. Same circulation as [`Circulate`]; no allocator.
+struct MetaBound {
+    inner: Circulate,
+    meta: Box<[MetaLine]>,
+}
+
+impl MetaBound {
+    fn new() -> MetaBound {
+        MetaBound {
+            inner: Circulate::new(),
+            meta: (0..POOL_FRAMES)
+                .map(|_| {
+                    MetaLine(core::array::from_fn(|_| {
+                        std::sync::atomic::AtomicU64::new(0)
+                    }))
+                })
+                .collect(),
+        }
+    }
+
+    fn line(&self, token: usize) -> &MetaLine {
+        &self.meta[(token - self.inner.slab.0 as usize) / BUF]
+    }
+}
+
+impl Strategy for MetaBound {
+    const NAME: &'static str = "meta_bound";
+    type Local = ();
+    fn local(&self) {}
+    #[inline]
+    fn alloc(&self, l: &mut ()) -> usize {
+        self.inner.alloc(l)
+    }
+    #[inline]
+    fn free(&self, l: &mut (), token: usize) {
+        self.inner.free(l, token)
+    }
+    #[inline]
+    fn produce(&self, l: &mut (), v: u8) -> usize {
+        use std::sync::atomic::Ordering::Relaxed;
+        let p = self.alloc(l);
+        // A new frame's fields: state, data window, owner, hash (what `Skb` initialisation
+        // and `put` write).
+        let m = &self.line(p).0;
+        m[0].store(1, Relaxed);
+        m[1].store(256 | (WRITE as u64) << 32, Relaxed);
+        m[2].store(u64::from(v), Relaxed);
+        write_raw(p as *mut u8, v);
+        p
+    }
+    #[inline]
+    fn consume(&self, l: &mut (), token: usize) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = &self.line(token).0;
+        let window = m[1].load(Relaxed);
+        let s = read_raw(token as *const u8) + (window >> 32);
+        // The free: the state word and the link of the list it goes on.
+        m[0].store(0, Relaxed);
+        m[3].store(token as u64, Relaxed);
+        self.free(l, token);
+        s
+    }
+}
+
 #[derive(Default, Clone, Copy)]
 struct Acc {
     wall: Duration,
@@ -1094,22 +1171,27 @@ fn percpu_table(rounds: usize) {
         runner(skb_pool()),
         runner(Mimalloc),
         runner(Circulate::new()),
+        runner(MetaBound::new()),
     ];
     println!(
-        "| pipeline P | per-CPU rseq | per-owner | mimalloc | bound | rseq/bound | owner/bound | rseq/mimalloc | owner/mimalloc |"
+        "| pipeline P | per-CPU rseq | per-owner | mimalloc | bound | meta bound | rseq/bound | owner/bound | rseq/meta bound | owner/meta bound | meta bound/bound | rseq/mimalloc | owner/mimalloc |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let slice = env_usize("SKB_BENCH_PIPE_SLICE").unwrap_or(300_000) as u64;
     for p in PRODUCERS {
         let r = rotate(&pipe, rounds, "pipeline", p, slice);
         println!(
-            "| {p} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
+            "| {p} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
             median(&r[0]),
             median(&r[1]),
             median(&r[2]),
             median(&r[3]),
+            median(&r[4]),
             ratio(&r, 0, 3),
             ratio(&r, 1, 3),
+            ratio(&r, 0, 4),
+            ratio(&r, 1, 4),
+            ratio(&r, 4, 3),
             ratio(&r, 0, 2),
             ratio(&r, 1, 2)
         );
