@@ -227,7 +227,19 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             return;
         }
         if self.cfg.qdisc_batch {
-            root.qdisc.dequeue_batch(batch, max - batch.len());
+            // With one producer every drain brings one packet, the run sends it, and the next
+            // dequeue finds the qdisc empty: one length read answers that call, and a single
+            // packet takes one `dequeue`, since a discipline's batch set-up (fq's prefetch
+            // pipeline) has nothing to hide there. `dequeue_batch` promises the packets
+            // `dequeue` would give, and an empty qdisc gives none, so every way agrees.
+            match root.qdisc.len() {
+                0 => {}
+                1 => batch.extend(root.qdisc.dequeue()),
+                queued => {
+                    root.qdisc
+                        .dequeue_batch(batch, queued.min(max - batch.len()));
+                }
+            }
             return;
         }
         while batch.len() < max {
