@@ -215,7 +215,10 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
 
     /// `dequeue_skb`: requeued packets first, then the qdisc, at most `max` in `batch`; with
     /// `qdisc_batch` on, the qdisc's share in one [`Qdisc::dequeue_batch`] call (the kernel's
-    /// bulk dequeue for `xmit_more`).
+    /// bulk dequeue for `xmit_more`), one `dequeue` for a lone packet, none for an empty qdisc.
+    /// Inlined into the run loops: as a call of its own, it cost the per-packet runner about
+    /// 2% of its instructions per packet (callgrind, one producer, fq).
+    #[inline(always)]
     pub(super) fn dequeue_batch(&self, root: &mut Root<P, Q>, batch: &mut Fifo<P>, max: usize) {
         while batch.len() < max {
             let Some(p) = root.requeue.pop_front() else {
