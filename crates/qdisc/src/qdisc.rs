@@ -183,7 +183,8 @@ pub trait Qdisc<P: Packet>: Send {
     }
     /// A view of the packet [`dequeue`](Qdisc::dequeue) would return.
     fn peek(&mut self) -> Option<NodeRef<'_, P>>;
-    /// Packets queued.
+    /// Packets queued. While it is 0, [`dequeue`](Qdisc::dequeue) returns `None` (the
+    /// engine's batched runner asks `len` instead of calling `dequeue` on an empty qdisc).
     fn len(&self) -> usize;
     /// Whether nothing is queued.
     fn is_empty(&self) -> bool {

@@ -171,7 +171,9 @@ impl<P: Packet> Ring<P> {
     /// Takes up to `max` packets from the front, oldest first, handing each to `f`; returns
     /// how many. With `prefetch` set (a queue deeper than the cache), each take also hints the
     /// packet `ahead` places further back, as [`prefetch`](Self::prefetch) does one by one; the
-    /// depth test is made once for the batch.
+    /// depth test is made once for the batch. The front position stays in a register and is
+    /// stored once, when the batch ends or `f` panics (then the packet in `f`'s hands is its
+    /// own, and the rest stay queued).
     #[inline]
     pub(crate) fn pop_front_batch(
         &mut self,
@@ -188,27 +190,30 @@ impl<P: Packet> Ring<P> {
         } else {
             0
         };
+        let Ring {
+            slots, mask, head, ..
+        } = self;
+        let slot = |pos: u64| {
+            // SAFETY: as in `slot`: `mask` is `slots.len() - 1` for a power-of-two length.
+            unsafe { slots.get_unchecked((pos & *mask) as usize) }.link
+        };
+        let mut front = Front { pos: *head, head };
         for _ in 0..hinted {
-            llist_defer::hint::prefetch(self.slot(self.head + ahead).link);
-            f(self.take_front());
+            llist_defer::hint::prefetch(slot(front.pos + ahead));
+            let link = slot(front.pos);
+            front.pos += 1;
+            // SAFETY: at most `len()` packets are taken; a slot between head and tail holds a
+            // non-null link from `into_link` that only this ring owns, and `front` moves past
+            // it before `f` runs, so it is given back exactly once.
+            f(unsafe { P::from_link(NonNull::new_unchecked(link)) });
         }
         for _ in hinted..n {
-            f(self.take_front());
+            let link = slot(front.pos);
+            front.pos += 1;
+            // SAFETY: as above.
+            f(unsafe { P::from_link(NonNull::new_unchecked(link)) });
         }
         n
-    }
-
-    /// Takes the front packet of a ring known not to be empty. `head` moves past it before
-    /// the caller sees it, so a panic in the caller cannot leave it owned twice.
-    #[inline(always)]
-    fn take_front(&mut self) -> P {
-        debug_assert!(!self.is_empty(), "take_front on an empty ring");
-        let slot = *self.slot(self.head);
-        self.head += 1;
-        // SAFETY: callers take at most `len()` packets; a slot between head and tail holds a
-        // non-null link from `into_link` that only this ring owns; moving `head` past it gives
-        // ownership back exactly once.
-        unsafe { P::from_link(NonNull::new_unchecked(slot.link)) }
     }
 
     /// Packets ever taken from the front (dequeued or dropped from the queue).
@@ -265,6 +270,20 @@ impl<P: Packet> Ring<P> {
         }
         self.slots = slots;
         self.mask = mask;
+    }
+}
+
+/// [`Ring::pop_front_batch`] in progress: the front position, stored back once, when the batch
+/// ends or unwinds.
+struct Front<'a> {
+    head: &'a mut u64,
+    pos: u64,
+}
+
+impl Drop for Front<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        *self.head = self.pos;
     }
 }
 

@@ -472,3 +472,79 @@ fn bulk_from_many_threads_loses_nothing_and_keeps_each_producers_order() {
         }
     }
 }
+
+/// A pfifo that never may be bypassed and counts the dequeue calls the runner makes.
+#[derive(Default)]
+struct CountingFifo {
+    inner: Pfifo<TestPacket>,
+    dequeues: usize,
+    batch_dequeues: usize,
+}
+
+impl qdisc::Qdisc<TestPacket> for CountingFifo {
+    fn kind(&self) -> &'static str {
+        "counting_fifo"
+    }
+    fn enqueue(&mut self, pkt: TestPacket, to_free: &mut qdisc::ToFree<TestPacket>) -> Verdict {
+        self.inner.enqueue(pkt, to_free)
+    }
+    fn dequeue(&mut self) -> Option<TestPacket> {
+        self.dequeues += 1;
+        self.inner.dequeue()
+    }
+    fn dequeue_batch(&mut self, out: &mut llist_defer::Fifo<TestPacket>, max: usize) -> usize {
+        self.batch_dequeues += 1;
+        self.inner.dequeue_batch(out, max)
+    }
+    fn peek(&mut self) -> Option<llist_defer::NodeRef<'_, TestPacket>> {
+        self.inner.peek()
+    }
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn backlog(&self) -> u64 {
+        self.inner.backlog()
+    }
+    fn reset(&mut self, to_free: &mut qdisc::ToFree<TestPacket>, reason: DropReason) {
+        self.inner.reset(to_free, reason)
+    }
+    fn can_bypass(&self) -> bool {
+        false
+    }
+    fn stats(&self) -> qdisc::QdiscStats {
+        self.inner.stats()
+    }
+}
+
+#[test]
+fn batched_runner_sends_a_lone_packet_as_the_per_packet_runner_does() {
+    // One producer: each drain brings one packet into an empty qdisc. The batched runner takes
+    // it with one `dequeue` (no batch set-up) and, finding the qdisc empty, calls nothing more;
+    // the per-packet runner dequeues until `None`. A backlog still goes out in batches.
+    for qdisc_batch in [true, false] {
+        let q = TxQueue::builder()
+            .strategy(Strategy::DeferList)
+            .qdisc_batch(qdisc_batch)
+            .build(CountingFifo::default(), RecordingDriver::new())
+            .unwrap();
+        for id in 0..8 {
+            assert_eq!(q.xmit(TestPacket::new(id, 60)), Verdict::Success);
+        }
+        let (dequeues, batches) = q.with_qdisc(|f| (f.dequeues, f.batch_dequeues));
+        if qdisc_batch {
+            assert_eq!((dequeues, batches), (8, 0));
+        } else {
+            assert!(dequeues > 8 && batches == 0, "{dequeues} {batches}");
+        }
+        q.with_driver(|d| d.stopped = true);
+        for id in 8..40 {
+            assert_eq!(q.xmit(TestPacket::new(id, 60)), Verdict::Success);
+        }
+        q.with_driver(|d| d.stopped = false);
+        q.wake();
+        let sent: Vec<u64> = q.with_driver(|d| d.sent.iter().map(TestPacket::id).collect());
+        assert_eq!(sent, (0..40).collect::<Vec<_>>(), "{qdisc_batch}");
+        let batches = q.with_qdisc(|f| f.batch_dequeues);
+        assert_eq!(batches > 0, qdisc_batch, "{batches}");
+    }
+}

@@ -214,8 +214,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     }
 
     /// `dequeue_skb`: requeued packets first, then the qdisc, at most `max` in `batch`; with
-    /// `qdisc_batch` on, the qdisc's share in one [`Qdisc::dequeue_batch`] call (the kernel's
-    /// bulk dequeue for `xmit_more`).
+    /// `qdisc_batch` on, the qdisc's share through [`dequeue_qdisc_batch`](Self::dequeue_qdisc_batch).
+    #[inline]
     pub(super) fn dequeue_batch(&self, root: &mut Root<P, Q>, batch: &mut Fifo<P>, max: usize) {
         while batch.len() < max {
             let Some(p) = root.requeue.pop_front() else {
@@ -227,12 +227,32 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             return;
         }
         if self.cfg.qdisc_batch {
-            root.qdisc.dequeue_batch(batch, max - batch.len());
+            self.dequeue_qdisc_batch(root, batch, max);
             return;
         }
         while batch.len() < max {
             let Some(p) = root.qdisc.dequeue() else { break };
             batch.push_back(p);
+        }
+    }
+
+    /// The qdisc's share of a batch for the driver, `batch` holding less than `max`: one
+    /// [`Qdisc::dequeue_batch`] call (the kernel's bulk dequeue for `xmit_more`), one `dequeue`
+    /// for a lone packet, none for an empty qdisc. With one producer every drain brings one
+    /// packet, the run sends it, and the next dequeue finds the qdisc empty: one length read
+    /// answers that call, and a single packet takes one `dequeue`, since a discipline's batch
+    /// set-up (fq's prefetch pipeline) has nothing to hide there. `dequeue_batch` promises the
+    /// packets `dequeue` would give, and an empty qdisc gives none, so every way agrees. Kept
+    /// out of line so that the per-packet runner's loop stays as small as it was.
+    #[inline(never)]
+    fn dequeue_qdisc_batch(&self, root: &mut Root<P, Q>, batch: &mut Fifo<P>, max: usize) {
+        match root.qdisc.len() {
+            0 => {}
+            1 => batch.extend(root.qdisc.dequeue()),
+            queued => {
+                root.qdisc
+                    .dequeue_batch(batch, queued.min(max - batch.len()));
+            }
         }
     }
 
