@@ -22,28 +22,3 @@ pub fn prefetch<T>(ptr: *const T) {
     #[cfg(not(all(target_arch = "x86_64", not(lockless_loom))))]
     let _ = ptr;
 }
-
-/// Asks the CPU to start loading the cache line holding `ptr` for writing (`PREFETCHW`,
-/// x86_64): the line arrives owned, so the store that follows does not wait for a second
-/// round trip to take it from the core that wrote it last.
-///
-/// Use it on lines this thread is about to write that another core wrote last (a free frame's
-/// metadata, a buffer a consumer just read). A hint only, like [`prefetch`]: it changes no
-/// value and never faults. On x86_64 CPUs without the instruction (Intel before Broadwell)
-/// the opcode executes as a no-op; elsewhere it does nothing.
-#[inline(always)]
-pub fn prefetch_write<T>(ptr: *const T) {
-    #[cfg(all(target_arch = "x86_64", not(lockless_loom)))]
-    // SAFETY: PREFETCHW (0F 0D /1) neither reads nor writes memory as far as the program can
-    // tell and raises no exception for any address; where the CPU lacks it, 0F 0D /1 is a
-    // hinting no-op. It touches no register but its address operand.
-    unsafe {
-        core::arch::asm!(
-            "prefetchw [{p}]",
-            p = in(reg) ptr,
-            options(nostack, preserves_flags, readonly)
-        );
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(lockless_loom))))]
-    let _ = ptr;
-}

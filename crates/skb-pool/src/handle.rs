@@ -29,7 +29,6 @@ use std::sync::PoisonError;
 use llist_defer::{Chain, Fifo};
 
 use crate::error::{AddrError, PoolError};
-use crate::hints;
 use crate::meta::Frame;
 use crate::pool::{Pool, PoolInner};
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
@@ -145,9 +144,6 @@ impl Local {
             Some(f) => f,
             None => self.next_spliced()?,
         };
-        // The chain's next frames, while this one is used: popping each would otherwise wait
-        // for its line from the core that freed it.
-        hints::follow(&f);
         match self.taken_src {
             Source::Own => self.stats.drained += 1,
             Source::Overflow => self.stats.overflow_taken += 1,
@@ -180,7 +176,7 @@ impl Local {
         } else if self.spliced.len() < SPLICE_CHAINS {
             self.spliced.push((chain, src));
         } else {
-            let mut fifo = hints::reverse(chain);
+            let mut fifo = chain.reverse();
             match src {
                 Source::Own => self.stats.drained += fifo.len() as u64,
                 Source::Overflow => self.stats.overflow_taken += fifo.len() as u64,
@@ -312,7 +308,6 @@ impl Local {
         if k == 0 {
             return None;
         }
-        hints::mark(&batch);
         let pool = self.pool;
         // SAFETY: our handle's reference keeps the pool alive; the borrow is not tied to self.
         let pool = unsafe { pool.as_ref() };
@@ -349,11 +344,11 @@ impl Local {
     /// Empties everything this handle holds into the depot (the handle is going away).
     fn give_back_frames(&mut self) {
         let mut all = core::mem::take(&mut self.cache);
-        all.append(&mut hints::reverse(core::mem::take(&mut self.taken)));
+        all.append(&mut core::mem::take(&mut self.taken).reverse());
         for (chain, _) in self.spliced.drain(..) {
-            all.append(&mut hints::reverse(chain));
+            all.append(&mut chain.reverse());
         }
-        all.append(&mut hints::reverse(self.slot().drain()));
+        all.append(&mut self.slot().drain().reverse());
         if !all.is_empty() {
             self.pool()
                 .depot

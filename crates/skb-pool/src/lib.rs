@@ -10,10 +10,8 @@
 //!   other CPUs' lists, so idle threads strand nothing. On x86_64 Linux the fast path is a
 //!   restartable sequence ([`PerCpu::Rseq`]); elsewhere a per-CPU try-lock
 //!   ([`PerCpu::Locked`]). Remote frees are gathered per freeing CPU, up to `remote_batch`
-//!   frames (an outgoing ring appended to without an atomic read-modify-write), sent home one
-//!   batch per home CPU, and an allocator that finds everything else dry takes a partial
-//!   batch that no free will complete, so no thread has anything to flush. A sent batch
-//!   carries prefetch hints, so the home CPU's drain takes its misses in parallel.
+//!   frames for one home, and an allocator that finds everything else dry takes a partial
+//!   batch that no free will complete, so no thread has anything to flush.
 //! - [`PoolHandle`] (per-owner caches): one handle per pinned thread (DPDK-style lcores),
 //!   no rseq, remote frees batched per owner; but every allocating thread must hold one
 //!   (at most `max_owners`), and frames cached by an idle owner are out of reach of the others.
@@ -58,11 +56,9 @@
 mod error;
 /// `PoolHandle`: owner-local cache, batched remote frees, the owner's drain.
 mod handle;
-/// Prefetch hints of a sent batch of frames, and the walk that follows them.
-mod hints;
 /// Per-frame metadata in a side array, and the free-frame node.
 mod meta;
-/// A CPU's outgoing ring of remote frees (per-CPU caches).
+/// A CPU's outgoing batch of remote frees (per-CPU caches).
 mod outgoing;
 /// Per-CPU frame caches: `Pool::alloc` from any thread (rseq or locked).
 mod percpu;

@@ -2,8 +2,8 @@
 //!
 //! Each frame has one [`FrameMeta`], exactly one cache line: the intrusive [`Link`] that puts it
 //! on lists, the atomic state word (`FREE`, `IN_USE`, or `IN_FLIGHT` with the data offset it was
-//! handed to the kernel with), the prefetch hints of a batch in flight (`hints.rs`), and the
-//! `Skb` fields (data window, priority, hash, socket, timestamp, queue mapping, flags, owner).
+//! handed to the kernel with), and the `Skb` fields (data window, priority, hash, socket,
+//! timestamp, queue mapping, flags, owner).
 //!
 //! Why beside the region and not in the frame's headroom: the region is registered with the
 //! kernel as a UMEM, so the kernel (and, in zero-copy mode, the NIC) writes it; a link or a state
@@ -80,10 +80,6 @@ pub(crate) struct FrameMeta {
     pub(crate) link: Link,
     /// `FREE`, `IN_USE`, or `IN_FLIGHT | data_offset << 2`.
     pub(crate) state: AtomicU32,
-    /// Batch prefetch hints (`hints.rs`): how many of the `data` words are ramp addresses.
-    pub(crate) ramp: UnsafeCell<u32>,
-    /// Batch prefetch hint (`hints.rs`): the entry `hints::AHEAD` frames further on, or 0.
-    pub(crate) ahead: UnsafeCell<usize>,
     pub(crate) data: UnsafeCell<SkbMeta>,
 }
 
@@ -92,8 +88,6 @@ impl FrameMeta {
         FrameMeta {
             link: Link::new(),
             state: AtomicU32::new(FREE),
-            ramp: UnsafeCell::new(0),
-            ahead: UnsafeCell::new(0),
             data: UnsafeCell::new(SkbMeta::default()),
         }
     }
@@ -153,8 +147,6 @@ impl Frame {
         );
         // SAFETY: the frame came off a free list or cache that only this thread holds now.
         unsafe {
-            *meta.ramp.get() = 0;
-            *meta.ahead.get() = 0;
             *meta.data.get() = SkbMeta {
                 head: headroom,
                 owner,
@@ -271,15 +263,6 @@ pub(crate) fn prefetch_frame(meta: NonNull<FrameMeta>) {
 pub(crate) fn prefetch_data(meta: NonNull<FrameMeta>) -> *mut u8 {
     let p = place(meta);
     llist_defer::hint::prefetch(p.frame.wrapping_add(p.header().headroom as usize));
-    p.frame
-}
-
-/// Hints the CPU to take the frame's data line at the pool's headroom for writing (the line a
-/// new owner of a free frame writes first), and returns the frame's first byte.
-#[inline(always)]
-pub(crate) fn prefetch_data_write(meta: NonNull<FrameMeta>) -> *mut u8 {
-    let p = place(meta);
-    llist_defer::hint::prefetch_write(p.frame.wrapping_add(p.header().headroom as usize));
     p.frame
 }
 

@@ -4,11 +4,10 @@
 //! 64-bit word, the stack's count in the low 32 bits and the CPU's share of pool references in
 //! the high 32 — and a defer list (an [`OwnerSlot`], as a handle has). A thread allocates from
 //! the cache of the CPU it runs on and stamps the frame with that home CPU. Dropping the frame
-//! on its home CPU pushes it back there; on another CPU it joins that CPU's outgoing ring
-//! (`outgoing.rs`), whose full batches go onto the home CPU's defer list
+//! on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer list
 //! (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
 //! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when kicked or when
-//! its cache is dry, following the batch's prefetch hints (`hints.rs`). Every cache operation is one critical section that commits with a single
+//! its cache is dry. Every cache operation is one critical section that commits with a single
 //! store of the word:
 //!
 //! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW; the
@@ -51,9 +50,8 @@ use std::sync::PoisonError;
 use crossbeam_utils::CachePadded;
 use llist_defer::{Chain, Fifo};
 
-use crate::hints;
 use crate::meta::{Frame, FrameMeta};
-use crate::outgoing::{Appended, OutRing, RING};
+use crate::outgoing::{Full, Outgoing};
 use crate::pool::PoolInner;
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Counter, Ordering, current_cpu, thread};
@@ -127,10 +125,8 @@ pub(crate) struct PerCpuState {
     cap: usize,
     caches: Box<[CachePadded<CpuCache>]>,
     pub(crate) slots: Box<[OwnerSlot]>,
-    /// Each CPU's outgoing remote frees.
-    out: Box<[CachePadded<OutRing>]>,
-    /// Frames a ring gathers before they are sent: `remote_batch`, at most [`RING`].
-    batch: usize,
+    /// Each CPU's outgoing batch of remote frees.
+    out: Box<[CachePadded<Outgoing>]>,
     dying: CachePadded<AtomicBool>,
     aborts: AtomicUsize,
     shared: AtomicUsize,
@@ -157,7 +153,7 @@ pub struct CpuCacheStats {
     pub cached: usize,
     /// The CPU's defer count (frames deferred since its last drain; errs high after overflows).
     pub deferred: usize,
-    /// Frames freed on this CPU waiting in its outgoing ring for another CPU.
+    /// Frames freed on this CPU waiting in its outgoing batch for another CPU.
     pub outgoing: usize,
     /// Whether its defer list holds frames.
     pub has_deferred: bool,
@@ -277,9 +273,8 @@ impl PerCpuState {
             caches,
             slots,
             out: (0..cpus)
-                .map(|_| CachePadded::new(OutRing::new()))
+                .map(|_| CachePadded::new(Outgoing::new(batch)))
                 .collect(),
-            batch: batch.clamp(1, RING),
             dying: CachePadded::new(AtomicBool::new(false)),
             aborts: AtomicUsize::new(0),
             shared: AtomicUsize::new(0),
@@ -466,51 +461,6 @@ impl PerCpuState {
         {
             let _ = (home, items);
             0
-        }
-    }
-
-    /// Appends a free frame (carrying no reference) to the outgoing ring of the CPU the thread
-    /// runs on (`cpu`, if the caller read it; `Locked` pools only use it). Returns what
-    /// happened and the CPU of the ring it concerned.
-    fn append_remote(&self, cpu: Option<u32>, item: usize) -> (Appended, u32) {
-        #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
-        if self.mode == PerCpu::Rseq {
-            use crate::rseq::{self, Status};
-            let _ = cpu;
-            let Some(area) = rseq::area() else {
-                return (Appended::Busy, 0);
-            };
-            loop {
-                let cpu = rseq::cpu(area);
-                let Some(ring) = self.out.get(cpu as usize) else {
-                    return (Appended::Busy, cpu);
-                };
-                let (bottom, top, items) = ring.parts();
-                let c = rseq::CacheRef {
-                    word: bottom,
-                    items,
-                    cap: self.batch as u64,
-                    dying: self.dying.as_ptr().cast_const().cast::<u8>(),
-                };
-                // SAFETY: `area` is this thread's registered area; the ring (index words and
-                // `RING` slots, `batch` ≤ `RING`) and `dying` live as long as the pool, which
-                // the caller's frame reference keeps alive; in an Rseq pool only these
-                // sections, on CPU `cpu`, write the ring's write index and slots.
-                match unsafe { rseq::ring_push(area, cpu, c, top, item) } {
-                    Status::Done => return (Appended::In, cpu),
-                    Status::Refused => return (Appended::Full, cpu),
-                    Status::Dying => return (Appended::Busy, cpu),
-                    Status::WrongCpu => {}
-                    Status::Abort => self.count_abort(),
-                }
-            }
-        }
-        let Some(cpu) = cpu else {
-            return (Appended::Busy, 0);
-        };
-        match self.out.get(cpu as usize) {
-            Some(ring) => (ring.append_locked(item, self.batch), cpu),
-            None => (Appended::Busy, cpu),
         }
     }
 
@@ -739,7 +689,7 @@ impl PoolInner {
     fn drain_cpu(&self, cpu: usize) {
         self.percpu.counters.drains.add(1);
         let chain = self.percpu.slots[cpu].drain();
-        self.stash(hints::reverse(chain));
+        self.stash(chain.reverse());
     }
 
     /// [`percpu_alloc`](Self::percpu_alloc) past its inlined attempt: every mode, every source.
@@ -799,11 +749,11 @@ impl PoolInner {
         let pc = &self.percpu;
         pc.counters.refills.add(1);
         let mut got: Fifo<Frame> = match pc.slots.get(cpu) {
-            Some(s) => hints::reverse(s.drain()),
+            Some(s) => s.drain().reverse(),
             None => Fifo::new(),
         };
         if got.is_empty() {
-            got = hints::reverse(self.overflow.take_all());
+            got = self.overflow.take_all().reverse();
         }
         if got.is_empty() {
             // Refill by half a cache (plus the frame returned), and leave the rest of the
@@ -841,12 +791,10 @@ impl PoolInner {
     }
 
     /// Puts free frames (carrying no references) into this CPU's cache; what does not fit goes
-    /// to the depot. Called only on allocation paths, whose caller's `Pool` keeps the pool
-    /// alive.
+    /// to the depot.
     #[cold]
     #[inline(never)]
     fn stash(&self, mut frames: Fifo<Frame>) {
-        self.stash_bulk(&mut frames);
         while let Some(f) = frames.pop_front() {
             let addr = f.0.as_ptr() as usize;
             match self.percpu.run(None, Op::Push(addr, PUSH_SPARE)) {
@@ -859,46 +807,6 @@ impl PoolInner {
                         .push(frames);
                     return;
                 }
-            }
-        }
-    }
-
-    /// [`stash`](Self::stash)'s fast part (rseq pools): up to [`Pool::BULK`] frames per
-    /// critical section. The bulk push moves one reference per frame out of this CPU's share,
-    /// as a free does; these frames carry none, so the references are taken first (one atomic
-    /// add per section) and what did not fit gives its share back. Only the sum of the shares
-    /// and the atomic count matters, and it never dips below the truth. Stops at the first
-    /// short push (a full cache, a migration, an abort), leaving the rest in `frames`.
-    ///
-    /// [`Pool::BULK`]: crate::Pool::BULK
-    fn stash_bulk(&self, frames: &mut Fifo<Frame>) {
-        const BULK: usize = crate::Pool::BULK;
-        let pc = &self.percpu;
-        if pc.mode != PerCpu::Rseq {
-            return;
-        }
-        let mut buf = [0usize; BULK];
-        while frames.len() > 1 {
-            let Some(cpu) = pc.cpu_now() else { return };
-            let mut k = 0;
-            while k < BULK {
-                let Some(f) = frames.pop_front() else { break };
-                buf[k] = f.0.as_ptr() as usize;
-                k += 1;
-            }
-            self.acquire(k);
-            let pushed = pc.try_push_bulk(cpu, &buf[..k]);
-            if pushed < k {
-                // SAFETY: we took `k - pushed` references just above and give them back; the
-                // caller's `Pool` value keeps the count above zero, so the pool stays alive.
-                unsafe { PoolInner::release(NonNull::from(self), k - pushed) };
-                for &m in buf[pushed..k].iter().rev() {
-                    // SAFETY: these came off `frames` above: entries of this pool's frames.
-                    frames.push_front(Frame(unsafe {
-                        NonNull::new_unchecked(m as *mut FrameMeta)
-                    }));
-                }
-                return;
             }
         }
     }
@@ -946,7 +854,7 @@ impl PoolInner {
                 Ok(_) => return,
                 // Running on another CPU: remote, decided once from the home stamp and the
                 // CPU number the attempt read (a migration since only changes which CPU's
-                // outgoing ring takes the frame; each append checks its own CPU).
+                // outgoing batch takes the frame; the batch has its own lock).
                 Err(Some(cpu)) if (home as usize) < pc.slots.len() => {
                     // SAFETY: forwarded contract, the frame marked free; `home` is in the
                     // table.
@@ -998,66 +906,20 @@ impl PoolInner {
         unsafe { PoolInner::release(this, 1) };
     }
 
-    /// Frames of an outgoing ring that no free on its CPU may ever send: the first non-empty
-    /// ring's (one probe per CPU), of mixed homes.
+    /// Frames of an outgoing batch that no free on its CPU will complete: the first non-empty
+    /// batch whose lock is free (one probe per CPU).
     pub(crate) fn take_outgoing(&self) -> Fifo<Frame> {
-        let mut buf = [0usize; RING];
-        let mut out = Fifo::new();
-        for ring in self.percpu.out.iter() {
-            let n = ring.take(&mut buf);
-            for &m in &buf[..n] {
-                // SAFETY: rings hold only addresses of this pool's metadata entries, of free
-                // frames nobody else holds (the take made them ours).
-                out.push_back(Frame(unsafe {
-                    NonNull::new_unchecked(m as *mut FrameMeta)
-                }));
-            }
-            if n > 0 {
-                break;
-            }
-        }
-        out
+        self.percpu
+            .out
+            .iter()
+            .find_map(|o| o.try_take())
+            .map_or_else(Fifo::new, |full| full.frames)
     }
 
-    /// Empties CPU `cpu`'s outgoing ring and sends its frames home, one batch per home.
-    fn flush_ring(&self, cpu: u32) {
-        let Some(ring) = self.percpu.out.get(cpu as usize) else {
-            return;
-        };
-        let mut buf = [0usize; RING];
-        let n = ring.take(&mut buf);
-        // Every home first: once a batch is sent its frames are someone else's to touch.
-        let mut homes = [0u16; RING];
-        for (h, &m) in homes.iter_mut().zip(&buf[..n]) {
-            // SAFETY: the take made these free frames of this pool ours.
-            *h = Frame(unsafe { NonNull::new_unchecked(m as *mut FrameMeta) }).owner();
-        }
-        let mut left = n;
-        while left > 0 {
-            let home = homes[..n]
-                .iter()
-                .copied()
-                .find(|&h| h != 0)
-                .expect("a frame left");
-            let mut frames = Fifo::new();
-            for (h, &m) in homes[..n].iter_mut().zip(&buf[..n]) {
-                if *h == home {
-                    *h = 0;
-                    // SAFETY: as above.
-                    frames.push_back(Frame(unsafe {
-                        NonNull::new_unchecked(m as *mut FrameMeta)
-                    }));
-                }
-            }
-            left -= frames.len();
-            self.send_home(frames, u32::from(home & !HOME_FLAG));
-        }
-    }
-
-    /// A remote free: into the outgoing ring of the CPU the thread runs on (emptied and sent
-    /// home, one batch per home, when full; the frame sent home alone if no append is possible
-    /// now), then the reference dropped on the freeing CPU. `cpu` is the CPU the caller saw
-    /// the thread on (the `Locked` path appends there).
+    /// A remote free: into CPU `cpu`'s outgoing batch for `home` (the CPU the thread was seen
+    /// on; alone onto `home`'s defer list if the batch is busy or there is none), a full batch
+    /// sent with one `skb_attempt_defer_free`, then the reference dropped on the freeing CPU.
+    /// A frame that goes into a batch is counted by the batch, under its lock.
     ///
     /// # Safety
     ///
@@ -1074,29 +936,20 @@ impl PoolInner {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
-        let item = frame.0.as_ptr() as usize;
-        let mut queued = false;
-        // A batch of one is the frame alone: no ring, so that no other freer ever holds it.
-        for _ in 0..if pc.batch > 1 { 2 } else { 0 } {
-            match pc.append_remote(cpu, item) {
-                (Appended::In, at) => {
-                    // A full batch goes now, as the kernel's `skb_attempt_defer_free` sends
-                    // each frame: nothing waits in a ring that its CPU's freers could fill.
-                    if pc.out[at as usize].len() >= pc.batch {
-                        pool.flush_ring(at);
-                    }
-                    queued = true;
-                    break;
-                }
-                (Appended::Full, full) => pool.flush_ring(full),
-                (Appended::Busy, _) => break,
+        let batch = cpu.and_then(|c| pc.out.get(c as usize));
+        let lone = match batch {
+            Some(o) => o.add(frame, home as u32),
+            None => Err(frame),
+        };
+        let send = match lone {
+            Ok(full) => full,
+            Err(frame) => {
+                pc.counters.remote_frees.add(1);
+                Some(alone(frame, home))
             }
-        }
-        if !queued {
-            pc.counters.remote_frees.add(1);
-            let mut frames = Fifo::new();
-            frames.push_back(frame);
-            pool.send_home(frames, home as u32);
+        };
+        if let Some(full) = send {
+            pool.send_home(full);
         }
         match pc.run(None, Op::Add(DROP_REF)) {
             Res::Done(..) => {}
@@ -1108,12 +961,11 @@ impl PoolInner {
     }
 
     /// `skb_attempt_defer_free` of a batch to its home CPU's defer list (kick at half).
-    fn send_home(&self, frames: Fifo<Frame>, home: u32) {
+    fn send_home(&self, full: Full) {
         self.percpu.counters.sends.add(1);
-        let k = frames.len();
-        hints::mark(&frames);
-        let slot = &self.percpu.slots[home as usize];
-        let wake = match slot.defer(frames, k, self.cfg.defer_max, &self.overflow) {
+        let k = full.frames.len();
+        let slot = &self.percpu.slots[full.home as usize];
+        let wake = match slot.defer(full.frames, k, self.cfg.defer_max, &self.overflow) {
             Deferred::Queued(Kick::Won(w)) => w,
             Deferred::Queued(Kick::None | Kick::AlreadyPending) | Deferred::Overflow => None,
         };
@@ -1123,13 +975,23 @@ impl PoolInner {
     }
 }
 
+/// A one-frame batch for `home`.
+fn alone(frame: Frame, home: usize) -> Full {
+    let mut frames = Fifo::new();
+    frames.push_back(frame);
+    Full {
+        frames,
+        home: home as u32,
+    }
+}
+
 /// Takes the first non-empty defer list among `slots` (one probe each).
 fn probe<'a>(slots: impl Iterator<Item = &'a OwnerSlot>) -> Fifo<Frame> {
     for s in slots {
         if !s.looks_empty() {
             let chain: Chain<Frame> = s.drain();
             if !chain.is_empty() {
-                return hints::reverse(chain);
+                return chain.reverse();
             }
         }
     }

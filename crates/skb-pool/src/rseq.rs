@@ -510,58 +510,12 @@ mod imp {
         }
         status(st)
     }
-
-    /// Appends `item` to a CPU's outgoing ring (`outgoing.rs`) — `*word` is its write index
-    /// (`bottom`), `*top` its read index, `items` its `RING` slots — if it holds fewer than
-    /// `c.cap` (≤ `RING`) items, committing `bottom + 1`. `Refused` when full.
-    ///
-    /// # Safety
-    ///
-    /// As [`pop`] for `c` (whose `items` has `RING` slots and whose `cap` is at most `RING`);
-    /// `top` is live. Only sections on CPU `cpu` write `*word`; other threads may move `*top` forward
-    /// (never past `*word`) at any time.
-    #[inline(always)]
-    pub(crate) unsafe fn ring_push(
-        area: *mut RseqAbi,
-        cpu: u32,
-        c: CacheRef,
-        top: *const u64,
-        item: usize,
-    ) -> Status {
-        const { assert!(crate::outgoing::RING == 32) };
-        let st: u32;
-        // SAFETY: as in `pop`; besides, the section reads `*top`. A stale `top` is at most the
-        // true one, so the ring looks fuller than it is and the slot written, `bottom mod RING`,
-        // is never one a reader may still take (those are in `[top, bottom)`); an aborted
-        // attempt leaves its slot store outside that range too.
-        unsafe {
-            section!(
-                area, cpu, c, st;
-                "movq ({word}), {w}",
-                "movq {w}, {tmp}",
-                "subq ({top}), {tmp}",
-                "cmpq {cap}, {tmp}",
-                "jae 9f",
-                "movl {w:e}, {tmp:e}",
-                "andl $31, {tmp:e}",
-                "movq {item}, ({items},{tmp},8)",
-                "incq {w}",
-                "movq {w}, ({word})",
-                ;
-                items = in(reg) c.items,
-                cap = in(reg) c.cap,
-                top = in(reg) top,
-                item = in(reg) item,
-            );
-        }
-        status(st)
-    }
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
 pub(crate) use imp::{
     add, area, cpu, glibc_registered, membarrier_rseq, pop, pop_bulk, push, push_bulk,
-    register_membarrier, ring_push,
+    register_membarrier,
 };
 
 /// Whether glibc registered this process's rseq areas (as opposed to this crate, per thread).

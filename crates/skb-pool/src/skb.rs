@@ -26,7 +26,7 @@ use llist_defer::{Link, Node};
 use crate::error::SkbError;
 use crate::meta::{
     F_CE, F_CONNECTED, F_SOCK, F_TSTAMP, Frame, FrameMeta, IN_FLIGHT, Place, SkbMeta, place,
-    prefetch_data, prefetch_data_write, prefetch_frame,
+    prefetch_data, prefetch_frame,
 };
 use crate::sync::Ordering;
 
@@ -203,9 +203,7 @@ impl Skb {
     /// The data bytes, writable.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        // For writing: a line fetched to read and then written takes a second round trip to
-        // take it over from the core that read it last (a consumer, for a recycled frame).
-        let frame = prefetch_data_write(self.meta);
+        let frame = self.prefetch_data();
         let (head, len) = (self.m().head as usize, self.m().len as usize);
         // SAFETY: as in `data`, and `&mut self` makes the view unique.
         unsafe { core::slice::from_raw_parts_mut(frame.add(head), len) }
