@@ -387,6 +387,8 @@ impl MemBound {
         for p in packets(flows) {
             let id = Self::id(&p);
             let slot = id as usize;
+            // The bench's flows hold one packet each once the first `flows` are in; the extra
+            // packets of the at-least-64 prefill (fewer than 64 flows) are not used here.
             if b.flows[slot].head.is_empty() {
                 let mut pos = b.home(id);
                 while b.index[pos].slot != Self::VACANT {
@@ -397,10 +399,6 @@ impl MemBound {
                     slot: slot as u32,
                 };
                 b.slots[pos] = slot as u32;
-            }
-            // The bench's flows hold one packet each once the first `flows` are in; the extra
-            // packets of the at-least-64 prefill (fewer than 64 flows) are not used here.
-            if b.flows[slot].head.is_empty() {
                 b.flows[slot].head.push_back(p);
             }
         }

@@ -90,9 +90,10 @@ impl<P: Packet> Fq<P> {
     /// changes, never a result. For tuning with the `qdisc` bench and for tests.
     #[doc(hidden)]
     pub fn set_prefetch_distances(&mut self, enqueue: usize, dequeue: usize) {
+        let enqueue = enqueue.min(MAX_ENQUEUE_DISTANCE);
         self.prefetch = Distances {
-            enqueue: enqueue.min(MAX_ENQUEUE_DISTANCE),
-            flow: enqueue.min(MAX_ENQUEUE_DISTANCE) / 2,
+            enqueue,
+            flow: enqueue / 2,
             dequeue: dequeue.min(MAX_DEQUEUE_DISTANCE),
             min_flows: 0,
         };

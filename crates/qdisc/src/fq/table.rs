@@ -475,10 +475,10 @@ impl<P: Packet> FlowTable<P> {
     #[inline]
     pub(super) fn reattach(&mut self, idx: u32) {
         let f = &self.slots[idx as usize];
+        let dgen = f.detach_gen;
         if f.in_gc() {
             self.gc_unlink(idx);
         }
-        let dgen = self.slots[idx as usize].detach_gen;
         let back = self.next_pos.wrapping_sub(dgen) as usize;
         if let Some(j) = self.ages.len().checked_sub(back) {
             if let Some(e) = self.ages.get_mut(j) {
