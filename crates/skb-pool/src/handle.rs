@@ -222,14 +222,19 @@ impl Local {
         let pool = self.pool;
         // SAFETY: our handle's reference keeps the pool alive; the borrow is not tied to self.
         let pool = unsafe { pool.as_ref() };
-        let vacant = pool.slots.iter().filter(|s| !s.is_claimed());
-        for slot in vacant.chain(pool.percpu.slots.iter()) {
+        for slot in pool.slots.iter().filter(|s| !s.is_claimed()) {
             if !slot.looks_empty() {
                 self.splice(slot.drain(), Source::Own);
                 if let Some(f) = self.pop_taken() {
                     return Some(f);
                 }
             }
+        }
+        let mut homeless = pool.probe_cpus();
+        if let Some(f) = homeless.pop_front() {
+            self.stats.drained += 1 + homeless.len() as u64;
+            self.cache.append(&mut homeless);
+            return Some(f);
         }
         // And per-CPU remote frees waiting in an outgoing batch no free will complete.
         let mut stranded = pool.take_outgoing();

@@ -60,6 +60,8 @@ mod handle;
 mod meta;
 /// A CPU's outgoing batch of remote frees (per-CPU caches).
 mod outgoing;
+/// A batch of free frames sent to a CPU's defer list as one node (per-CPU remote frees).
+mod packed;
 /// Per-CPU frame caches: `Pool::alloc` from any thread (rseq or locked).
 mod percpu;
 /// `Pool`, its builder, the shared state and its lifetime.

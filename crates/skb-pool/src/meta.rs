@@ -57,7 +57,9 @@ pub(crate) const F_TSTAMP: u8 = 4;
 pub(crate) const F_CE: u8 = 8;
 
 /// The mutable fields of an in-use frame. Only the owning `Skb` (or the pool, while the frame is
-/// free and on no list another thread can reach) reads or writes them.
+/// free and on no list another thread can reach) reads or writes them. A free frame in a packed
+/// batch (`packed.rs`) holds the batch's layout here instead, written by its sender before the
+/// batch is published and read by the thread that takes it.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct SkbMeta {
     pub(crate) sock_id: u64,

@@ -9,6 +9,9 @@
 //! CPU will ever complete (the anti-stranding probe). One home at a time: a free for another
 //! home sends the partial batch first.
 //!
+//! A full batch leaves packed (`packed.rs`): its addresses are already in hand here, so the
+//! home CPU learns them from a few lines instead of walking a chain of frames.
+//!
 //! This file owns the batch only; where its frames go is `percpu.rs`'s business.
 
 use core::ptr::NonNull;
@@ -16,6 +19,7 @@ use core::ptr::NonNull;
 use llist_defer::Fifo;
 
 use crate::meta::{Frame, FrameMeta};
+use crate::packed::{self, MAX_PACK};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// No home: the batch is empty.
@@ -36,10 +40,22 @@ pub(crate) struct Outgoing {
     items: Box<[AtomicUsize]>,
 }
 
-/// A batch taken out for its home CPU.
+/// A batch taken out for its home CPU: packed heads, one per [`MAX_PACK`] frames.
 pub(crate) struct Full {
-    pub(crate) frames: Fifo<Frame>,
+    pub(crate) heads: Fifo<Frame>,
+    /// Frames in all the heads' batches.
+    pub(crate) n: usize,
     pub(crate) home: u32,
+}
+
+impl Full {
+    /// One free frame, alone, for `home`.
+    pub(crate) fn alone(frame: Frame, home: u32) -> Full {
+        let mut heads = Fifo::new();
+        // SAFETY: a free frame the caller gave up, alone.
+        heads.push_back(unsafe { packed::pack(&[frame.0.as_ptr() as usize]) });
+        Full { heads, n: 1, home }
+    }
 }
 
 impl Outgoing {
@@ -99,33 +115,46 @@ impl Outgoing {
         Ok(out)
     }
 
-    /// Takes whatever the batch holds, if its lock is free (the anti-stranding probe).
-    pub(crate) fn try_take(&self) -> Option<Full> {
+    /// Takes whatever the batch holds as plain frames, if its lock is free (the
+    /// anti-stranding probe).
+    pub(crate) fn try_take(&self) -> Fifo<Frame> {
+        let mut frames = Fifo::new();
         if self.count.load(Ordering::Relaxed) == 0
             || self
                 .lock
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
         {
-            return None;
+            return frames;
         }
         let n = self.count.load(Ordering::Relaxed);
-        let out = (n > 0).then(|| self.take_locked(n));
-        self.lock.store(false, Ordering::Release);
-        out
-    }
-
-    /// Empties the batch; the caller holds the lock.
-    fn take_locked(&self, n: usize) -> Full {
-        let mut frames = Fifo::new();
         for item in &self.items[..n] {
             let p = item.load(Ordering::Relaxed) as *mut FrameMeta;
             // SAFETY: the batch holds only addresses of this pool's metadata entries, of free
             // frames that nobody else holds (they left their freers when they were added).
             frames.push_back(Frame(unsafe { NonNull::new_unchecked(p) }));
         }
+        self.home.store(NONE, Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
+        self.lock.store(false, Ordering::Release);
+        frames
+    }
+
+    /// Empties the batch, packed; the caller holds the lock.
+    fn take_locked(&self, n: usize) -> Full {
+        let mut heads = Fifo::new();
+        let mut buf = [0usize; MAX_PACK];
+        for chunk in self.items[..n].chunks(MAX_PACK) {
+            for (b, item) in buf.iter_mut().zip(chunk) {
+                *b = item.load(Ordering::Relaxed);
+            }
+            // SAFETY: the batch holds only addresses of this pool's metadata entries, of free
+            // frames that nobody else holds (they left their freers when they were added),
+            // each once.
+            heads.push_back(unsafe { packed::pack(&buf[..chunk.len()]) });
+        }
         let home = self.home.swap(NONE, Ordering::Relaxed);
         self.count.store(0, Ordering::Relaxed);
-        Full { frames, home }
+        Full { heads, n, home }
     }
 }

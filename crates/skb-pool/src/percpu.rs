@@ -7,7 +7,10 @@
 //! on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer list
 //! (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
 //! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when kicked or when
-//! its cache is dry. Every cache operation is one critical section that commits with a single
+//! its cache is dry. Remote frees travel in batches, packed (`packed.rs`): the home CPU learns
+//! a batch's addresses from a few metadata lines and pushes them into its cache with one
+//! critical section, instead of walking a chain of frames another core wrote, one dependent
+//! miss a frame. Every cache operation is one critical section that commits with a single
 //! store of the word:
 //!
 //! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW; the
@@ -52,8 +55,9 @@ use llist_defer::{Chain, Fifo};
 
 use crate::meta::{Frame, FrameMeta};
 use crate::outgoing::{Full, Outgoing};
+use crate::packed;
 use crate::pool::PoolInner;
-use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
+use crate::remote::{Kick, OwnerSlot, Wake};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Counter, Ordering, current_cpu, thread};
 
 /// Which per-CPU cache implementation a pool uses ([`PoolBuilder::per_cpu`]).
@@ -432,10 +436,12 @@ impl PerCpuState {
         }
     }
 
-    /// One bulk push of free frames carrying a reference each onto CPU `home`'s cache, from a
-    /// thread on `home` (rseq pools only): how many went (the first ones), 0 if none did.
+    /// One bulk push of free frames onto the cache of the CPU the thread runs on (only if
+    /// that is `want`, when set; rseq pools only), each changing the word by `per`
+    /// ([`PUSH_FREE`] for frames that give back a reference, [`PUSH_SPARE`] for frames that
+    /// carry none): how many went (the first ones), 0 if none did.
     #[inline]
-    fn try_push_bulk(&self, home: u32, items: &[usize]) -> usize {
+    fn try_push_bulk(&self, want: Option<u32>, items: &[usize], per: u64) -> usize {
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
         {
             use crate::rseq::{self, Status};
@@ -444,14 +450,15 @@ impl PerCpuState {
             }
             let Some(area) = rseq::area() else { return 0 };
             let cpu = rseq::cpu(area);
-            if cpu != home {
+            if want.is_some_and(|w| w != cpu) {
                 return 0;
             }
             let Some(cache) = self.cache_ref(cpu) else {
                 return 0;
             };
             // SAFETY: as in `try_fast`; `items` is valid for `items.len()` reads.
-            let (st, k) = unsafe { rseq::push_bulk(area, cpu, cache, items.as_ptr(), items.len()) };
+            let (st, k) =
+                unsafe { rseq::push_bulk(area, cpu, cache, items.as_ptr(), items.len(), per) };
             if st == Status::Abort {
                 self.count_bulk_abort();
             }
@@ -459,7 +466,7 @@ impl PerCpuState {
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
         {
-            let _ = (home, items);
+            let _ = (want, items, per);
             0
         }
     }
@@ -680,7 +687,7 @@ impl PoolInner {
             Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
         }
         // The references go with the commit; the caller's own `Pool` keeps the pool alive.
-        self.percpu.try_push_bulk(home, frames)
+        self.percpu.try_push_bulk(Some(home), frames, PUSH_FREE)
     }
 
     /// Moves CPU `cpu`'s kicked defer list into its cache (`skb_defer_free_flush`).
@@ -688,8 +695,12 @@ impl PoolInner {
     #[inline(never)]
     fn drain_cpu(&self, cpu: usize) {
         self.percpu.counters.drains.add(1);
-        let chain = self.percpu.slots[cpu].drain();
-        self.stash(chain.reverse());
+        // Oldest batch first, so that the most recently freed frames end on top.
+        let heads = self.percpu.slots[cpu].drain().reverse();
+        for head in heads {
+            // SAFETY: a CPU's defer list holds only packed heads of this pool, taken whole.
+            unsafe { self.stash_packed(head, false) };
+        }
     }
 
     /// [`percpu_alloc`](Self::percpu_alloc) past its inlined attempt: every mode, every source.
@@ -748,10 +759,21 @@ impl PoolInner {
     fn refill(&self, cpu: usize) -> Option<Frame> {
         let pc = &self.percpu;
         pc.counters.refills.add(1);
-        let mut got: Fifo<Frame> = match pc.slots.get(cpu) {
-            Some(s) => s.drain().reverse(),
-            None => Fifo::new(),
-        };
+        if let Some(s) = pc.slots.get(cpu) {
+            // Oldest batch first, so that the most recently freed frames end on top, and
+            // the most recent of all is the one returned.
+            let mut heads = s.drain().reverse();
+            while let Some(head) = heads.pop_front() {
+                let last = heads.is_empty();
+                // SAFETY: a CPU's defer list holds only packed heads of this pool, taken
+                // whole.
+                let got = unsafe { self.stash_packed(head, last) };
+                if last {
+                    return got;
+                }
+            }
+        }
+        let mut got: Fifo<Frame> = Fifo::new();
         if got.is_empty() {
             got = self.overflow.take_all().reverse();
         }
@@ -773,11 +795,10 @@ impl PoolInner {
             }
         }
         if got.is_empty() {
-            got = probe(
-                pc.slots
-                    .iter()
-                    .chain(self.slots.iter().filter(|s| !s.is_claimed())),
-            );
+            got = self.probe_cpus();
+        }
+        if got.is_empty() {
+            got = probe(self.slots.iter().filter(|s| !s.is_claimed()));
         }
         if got.is_empty() {
             got = self.take_outgoing();
@@ -788,6 +809,34 @@ impl PoolInner {
         };
         self.stash(got);
         Some(first)
+    }
+
+    /// Puts the frames of the packed batch at `head` (free, carrying no references) into this
+    /// CPU's cache, in the order they were freed (the latest on top), but the last one if
+    /// `keep_last`, which it returns; in an rseq pool with one critical section per batch,
+    /// else (and for what does not fit) through [`stash`].
+    ///
+    /// # Safety
+    ///
+    /// `head` is the head of a packed batch of this pool, taken whole by the caller.
+    ///
+    /// [`stash`]: Self::stash
+    unsafe fn stash_packed(&self, head: Frame, keep_last: bool) -> Option<Frame> {
+        let mut addr = [0usize; packed::MAX_PACK];
+        // SAFETY: forwarded contract.
+        let n = unsafe { packed::unpack(head, &mut addr) };
+        let m = n - usize::from(keep_last);
+        let pushed = self.percpu.try_push_bulk(None, &addr[..m], PUSH_SPARE);
+        if pushed < m {
+            let rest: Fifo<Frame> = addr[pushed..m]
+                .iter()
+                // SAFETY: entries of free frames of the batch, each once.
+                .map(|&a| Frame(unsafe { NonNull::new_unchecked(a as *mut FrameMeta) }))
+                .collect();
+            self.stash(rest);
+        }
+        // SAFETY: as above.
+        keep_last.then(|| Frame(unsafe { NonNull::new_unchecked(addr[m] as *mut FrameMeta) }))
     }
 
     /// Puts free frames (carrying no references) into this CPU's cache; what does not fit goes
@@ -912,8 +961,24 @@ impl PoolInner {
         self.percpu
             .out
             .iter()
-            .find_map(|o| o.try_take())
-            .map_or_else(Fifo::new, |full| full.frames)
+            .map(|o| o.try_take())
+            .find(|f| !f.is_empty())
+            .unwrap_or_default()
+    }
+
+    /// The frames of the first non-empty CPU defer list, unpacked (one probe per CPU).
+    pub(crate) fn probe_cpus(&self) -> Fifo<Frame> {
+        for s in self.percpu.slots.iter() {
+            if !s.looks_empty() {
+                let chain = s.drain();
+                if !chain.is_empty() {
+                    // SAFETY: a CPU's defer list holds only packed heads of this pool, taken
+                    // whole here.
+                    return unsafe { packed::unpack_all(chain) };
+                }
+            }
+        }
+        Fifo::new()
     }
 
     /// A remote free: into CPU `cpu`'s outgoing batch for `home` (the CPU the thread was seen
@@ -945,7 +1010,7 @@ impl PoolInner {
             Ok(full) => full,
             Err(frame) => {
                 pc.counters.remote_frees.add(1);
-                Some(alone(frame, home))
+                Some(Full::alone(frame, home as u32))
             }
         };
         if let Some(full) = send {
@@ -960,28 +1025,24 @@ impl PoolInner {
         }
     }
 
-    /// `skb_attempt_defer_free` of a batch to its home CPU's defer list (kick at half).
+    /// `skb_attempt_defer_free` of a packed batch to its home CPU's defer list (kick at
+    /// half); past `defer_max`, its frames go to the overflow list unpacked.
     fn send_home(&self, full: Full) {
         self.percpu.counters.sends.add(1);
-        let k = full.frames.len();
         let slot = &self.percpu.slots[full.home as usize];
-        let wake = match slot.defer(full.frames, k, self.cfg.defer_max, &self.overflow) {
-            Deferred::Queued(Kick::Won(w)) => w,
-            Deferred::Queued(Kick::None | Kick::AlreadyPending) | Deferred::Overflow => None,
+        let wake = match slot.try_defer(full.heads, full.n, self.cfg.defer_max) {
+            Ok(Kick::Won(w)) => w,
+            Ok(Kick::None | Kick::AlreadyPending) => None,
+            Err(heads) => {
+                // SAFETY: packed heads of this pool that we hold whole.
+                self.overflow
+                    .add_batch(unsafe { packed::unpack_all(heads) });
+                None
+            }
         };
         if let Some(w) = wake {
             w();
         }
-    }
-}
-
-/// A one-frame batch for `home`.
-fn alone(frame: Frame, home: usize) -> Full {
-    let mut frames = Fifo::new();
-    frames.push_back(frame);
-    Full {
-        frames,
-        home: home as u32,
     }
 }
 

@@ -162,18 +162,34 @@ impl OwnerSlot {
         defer_max: usize,
         overflow: &LList<Frame>,
     ) -> Deferred {
+        match self.try_defer(batch, k, defer_max) {
+            Ok(kick) => Deferred::Queued(kick),
+            Err(batch) => {
+                overflow.add_batch(batch);
+                Deferred::Overflow
+            }
+        }
+    }
+
+    /// [`defer`](Self::defer) of `batch`, nodes standing for `k ≥ 1` frames in all (a CPU's
+    /// packed heads), except that a batch bound for the overflow list comes back to the caller
+    /// (counted as `defer` counts it), to go there in the form the overflow list holds.
+    pub(crate) fn try_defer(
+        &self,
+        batch: Fifo<Frame>,
+        k: usize,
+        defer_max: usize,
+    ) -> Result<Kick, Fifo<Frame>> {
         let r = &*self.remote;
         if defer_max <= 1 || !r.claimed.load(Ordering::Relaxed) {
-            overflow.add_batch(batch);
-            return Deferred::Overflow;
+            return Err(batch);
         }
         // Acquire: pairs with the drain's Release reset, so a free counted in a new cycle is
         // ordered after the drain's `pending` clear (see the module docs).
         let prev = r.count.fetch_add(k, Ordering::Acquire);
         let n = prev + k;
         if n >= defer_max {
-            overflow.add_batch(batch);
-            return Deferred::Overflow;
+            return Err(batch);
         }
         r.list.add_batch(batch);
         if !self.for_cpu {
@@ -181,9 +197,9 @@ impl OwnerSlot {
         }
         let half = defer_max / 2;
         if prev <= half && n > half {
-            Deferred::Queued(self.kick())
+            Ok(self.kick())
         } else {
-            Deferred::Queued(Kick::None)
+            Ok(Kick::None)
         }
     }
 

@@ -437,8 +437,9 @@ mod imp {
     }
 
     /// Pushes up to `n ≥ 1` items from `items_in` onto a per-CPU cache — `k = min(n, cap −
-    /// count)`, the first `k` — and commits `count + k` and `k` fewer references
-    /// (`*word += k − k·2^32`). Returns the status and `k` (0 unless `Done`).
+    /// count)`, the first `k` — and commits `*word += k · per` (wrapping: `per` is the word
+    /// delta of one item, e.g. `1 − 2^32` for a frame that gives back its reference). Returns
+    /// the status and `k` (0 unless `Done`).
     ///
     /// # Safety
     ///
@@ -450,6 +451,7 @@ mod imp {
         c: CacheRef,
         items_in: *const usize,
         n: usize,
+        per: u64,
     ) -> (Status, usize) {
         let st: u32;
         let k: usize;
@@ -474,14 +476,14 @@ mod imp {
                 "cmpq {k}, {cpu:r}",
                 "jb 11b",
                 "movq {k}, {tmp}",
-                "shlq $32, {tmp}",
-                "subq {tmp}, {w}",
-                "addq {k}, {w}",
+                "imulq {per}, {tmp}",
+                "addq {tmp}, {w}",
                 "movq {w}, ({word})",
                 ;
                 items = in(reg) c.items,
                 cap = in(reg) c.cap,
                 src = in(reg) items_in,
+                per = in(reg) per,
                 k = inout(reg) n => k,
             );
         }

@@ -375,3 +375,41 @@ fn bulk_alloc_and_free_move_every_frame_once() {
         assert_eq!(all.len(), 128, "{mode:?}");
     }
 }
+
+#[test]
+fn remote_frees_past_defer_max_reach_the_overflow_list_whole() {
+    for mode in modes() {
+        // defer_max 8: remote batches of 2, and past 8 deferred frames a batch goes to the
+        // shared overflow list, which handles drain too, so it must hold whole frames, never a
+        // packed batch's head alone.
+        let pool = Pool::builder()
+            .frame_count(64)
+            .cache_max(32)
+            .defer_max(8)
+            .cpus(2)
+            .per_cpu(mode)
+            .build()
+            .unwrap();
+        let skbs: Vec<Skb> = on_cpu(0, || (0..64).map(|_| pool.alloc().unwrap()).collect());
+        assert!(skbs.iter().all(|s| s.home_cpu() == Some(0)), "{mode:?}");
+        on_cpu(1, || drop(skbs));
+        let st = pool.per_cpu_stats();
+        assert!(st.remote_frees >= 64, "{mode:?}: {st:?}");
+        assert_eq!(pool.stats().free, 64, "{mode:?}");
+        // A handle on CPU 1 takes the overflow list and, once its other sources are dry, CPU 0's
+        // defer list; then every frame must have come back, each once.
+        let idx = on_cpu(1, || {
+            let mut h = pool.handle().unwrap();
+            let got: Vec<Skb> = (0..64)
+                .map(|_| h.alloc())
+                .collect::<Result<_, _>>()
+                .unwrap_or_else(|e| panic!("{mode:?}: lost frames: {e}"));
+            let mut idx: Vec<u32> = got.iter().map(Skb::frame_index).collect();
+            idx.sort_unstable();
+            idx.dedup();
+            idx.len()
+        });
+        assert_eq!(idx, 64, "{mode:?}: a frame handed out twice");
+        assert_eq!(pool.stats().free, 64, "{mode:?}");
+    }
+}
