@@ -718,6 +718,29 @@ fn record(
     a.overflow += ro.1;
 }
 
+/// How a pipeline thread waits before it tries the queue again (full for a producer, empty for
+/// the consumer): 64 pause hints, about a microsecond, a few percent of the time the other side
+/// takes to make room in a 256-slot queue; from the fifth try of one wait on, it yields its CPU
+/// (with more threads than cores, the side it waits for may need it). Retrying sooner than a
+/// microsecond would poll the very slot the other side is about to use and steal its line from
+/// under it, so a strategy whose producers are faster would read as a slower pipeline (they
+/// spin on a full queue and slow the consumer down); crossbeam's `Backoff` starts at one pause.
+struct PipeWait(u32);
+
+impl PipeWait {
+    #[inline]
+    fn wait(&mut self) {
+        if self.0 < 4 {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        } else {
+            thread::yield_now();
+        }
+        self.0 += 1;
+    }
+}
+
 fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
     let per = iters.div_ceil(p as u64).max(1);
     let total = per * p as u64;
@@ -734,11 +757,11 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
             for i in 0..per {
                 s.poll(&mut l);
                 let mut tok = s.produce(&mut l, i as u8);
-                let backoff = Backoff::new();
+                let mut w = PipeWait(0);
                 while let Err(t) = queue.push(tok) {
                     tok = t;
                     s.idle(&mut l);
-                    backoff.snooze();
+                    w.wait();
                 }
             }
             let t1 = Instant::now();
@@ -753,17 +776,17 @@ fn run_pipeline<S: Strategy>(s: &Arc<S>, p: usize, iters: u64) -> Duration {
             start.wait();
             let t0 = Instant::now();
             let (mut n, mut acc) = (0, 0);
-            let backoff = Backoff::new();
+            let mut w = PipeWait(0);
             while n < total {
                 match queue.pop() {
                     Some(tok) => {
                         acc += s.consume(&mut l, tok);
                         n += 1;
-                        backoff.reset();
+                        w = PipeWait(0);
                     }
                     None => {
                         s.idle(&mut l);
-                        backoff.snooze();
+                        w.wait();
                     }
                 }
             }
@@ -1134,7 +1157,8 @@ fn percpu_threads() -> Vec<usize> {
 /// `local` and `local_bulk` at P = 1..32 (per-CPU rseq, per-CPU locked, per-owner handle,
 /// mimalloc), the pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff
 /// bound), and the stranding pattern's failures for both pools (`SKB_BENCH_PERCPU=local`: the
-/// two `local` tables alone). Same-run ratios are medians of in-round ratios.
+/// two `local` tables alone; `SKB_BENCH_PERCPU=pipeline`: all but them). Same-run ratios are
+/// medians of in-round ratios.
 fn percpu_table(rounds: usize) {
     let local = [
         runner(PerCpuPool::<false>::new()),
@@ -1144,7 +1168,12 @@ fn percpu_table(rounds: usize) {
     ];
     println!("per-CPU: {rounds} rounds, defer_max {}", defer_max());
     let slice = env_usize("SKB_BENCH_SLICE").unwrap_or(3_000_000) as u64;
-    for pattern in ["local", "local_bulk"] {
+    let local_tables: &[&str] = if std::env::var("SKB_BENCH_PERCPU").as_deref() == Ok("pipeline") {
+        &[]
+    } else {
+        &["local", "local_bulk"]
+    };
+    for &pattern in local_tables {
         println!(
             "| {pattern} P | per-CPU rseq | per-CPU locked | per-owner | mimalloc | rseq/owner | rseq/mimalloc | locked/owner |"
         );
