@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use llist_defer::Node;
+use llist_defer::{Fifo, Node};
 
 /// How FQ identifies the flow of a packet (the kernel keys flows by socket, or by the packet
 /// hash for packets without a full socket).
@@ -86,6 +86,15 @@ pub trait Packet: Node + Send {
     /// `SO_MAX_PACING_RATE` of a TCP socket, which paces itself. Ignored for orphans.
     fn is_tcp(&self) -> bool {
         false
+    }
+    /// Frees packets a driver is done with, all at once, so that a pool can take them back in
+    /// bulk (the kernel frees a completed TX list with one call); the default drops them one by
+    /// one, in order.
+    fn free_batch(batch: Fifo<Self>)
+    where
+        Self: Sized,
+    {
+        drop(batch);
     }
 }
 

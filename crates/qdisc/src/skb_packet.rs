@@ -1,5 +1,6 @@
 //! `impl Packet for skb_pool::Skb`: the frame pool's handle is what the transmit path queues.
 
+use llist_defer::Fifo;
 use skb_pool::Skb;
 
 use crate::packet::{FlowKey, Packet};
@@ -34,6 +35,12 @@ impl Packet for Skb {
 
     fn mark_ce(&mut self) {
         Skb::mark_ce(self);
+    }
+
+    /// [`Skb::free_bulk`]: runs of per-CPU frames go back with one critical section (home
+    /// CPU) or one outgoing-batch lock and one reference update (another CPU).
+    fn free_batch(batch: Fifo<Self>) {
+        Skb::free_bulk(batch);
     }
 }
 

@@ -29,7 +29,7 @@ use std::sync::PoisonError;
 use llist_defer::{Chain, Fifo};
 
 use crate::error::{AddrError, PoolError};
-use crate::meta::Frame;
+use crate::meta::{Frame, FrameMeta};
 use crate::pool::{Pool, PoolInner};
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
 use crate::skb::{OwnerId, Skb};
@@ -383,7 +383,47 @@ pub(crate) fn free_frame(frame: Frame) {
 #[inline(never)]
 fn free_owned(frame: Frame) {
     let pool = frame.pool();
-    let local = LOCALS
+    let local = local_for(pool);
+    if local.is_null() {
+        // SAFETY: the frame is exclusively ours (its `Skb` is being dropped), in use, and
+        // carries a reference to the pool `pool` points at, which is therefore alive.
+        unsafe { PoolInner::free_unbatched(NonNull::new_unchecked(pool.cast_mut()), frame) };
+        return;
+    }
+    // SAFETY: the state is registered on this thread, so its handle is alive here; no other
+    // borrow of it is live (see `Local`): we are in an `Skb` drop, not inside a `Local` method.
+    let wake = unsafe { (*local).free(frame) };
+    if let Some(w) = wake {
+        w();
+    }
+}
+
+/// [`free_owned`] of a run of handle frames of the pool at `pool` (metadata addresses, each
+/// an in-use frame given up by the caller with its reference): the thread's handle state is
+/// looked up once for the run.
+pub(crate) fn free_owned_run(pool: *const PoolInner, frames: &[usize]) {
+    let local = local_for(pool);
+    for &f in frames {
+        // SAFETY: the caller's contract: an in-use frame of this pool, ours to free.
+        let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
+        if local.is_null() {
+            // SAFETY: as in `free_owned`; the frame's reference keeps the pool alive.
+            unsafe { PoolInner::free_unbatched(NonNull::new_unchecked(pool.cast_mut()), frame) };
+            continue;
+        }
+        // SAFETY: as in `free_owned`. A wake called below may free frames itself, through the
+        // same state, but only after this borrow has ended.
+        let wake = unsafe { (*local).free(frame) };
+        if let Some(w) = wake {
+            w();
+        }
+    }
+}
+
+/// This thread's registered handle state for the pool at `pool`, or null.
+#[inline]
+fn local_for(pool: *const PoolInner) -> *mut Local {
+    LOCALS
         .try_with(|head| {
             let mut cur = head.get();
             while !cur.is_null() {
@@ -397,19 +437,7 @@ fn free_owned(frame: Frame) {
             }
             ptr::null_mut()
         })
-        .unwrap_or(ptr::null_mut());
-    if local.is_null() {
-        // SAFETY: the frame is exclusively ours (its `Skb` is being dropped), in use, and
-        // carries a reference to the pool `pool` points at, which is therefore alive.
-        unsafe { PoolInner::free_unbatched(NonNull::new_unchecked(pool.cast_mut()), frame) };
-        return;
-    }
-    // SAFETY: the state is registered on this thread, so its handle is alive here; no other
-    // borrow of it is live (see `Local`): we are in an `Skb` drop, not inside a `Local` method.
-    let wake = unsafe { (*local).free(frame) };
-    if let Some(w) = wake {
-        w();
-    }
+        .unwrap_or(ptr::null_mut())
 }
 
 /// One owner thread's handle on a [`Pool`]: allocation from a local cache, batched remote

@@ -115,6 +115,47 @@ impl Outgoing {
         Ok(out)
     }
 
+    /// Adds free frames (carrying no references) for `home` from the front of `frames` (their
+    /// metadata addresses), under one lock. `Err(())` if the batch is busy (its holder was
+    /// preempted); else how many went in and what must be sent now: the previous partial
+    /// batch, for another home (then none went in), or the batch they filled.
+    pub(crate) fn add_many(
+        &self,
+        frames: &[usize],
+        home: u32,
+    ) -> Result<(usize, Option<Full>), ()> {
+        // Acquire: the previous holder's writes to the batch are visible.
+        if self
+            .lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(());
+        }
+        let n = self.count.load(Ordering::Relaxed);
+        let done = if n > 0 && self.home.load(Ordering::Relaxed) != home {
+            (0, Some(self.take_locked(n)))
+        } else {
+            // A full batch is sent as it fills, so there is room for at least one.
+            let m = frames.len().min(self.items.len() - n);
+            for (slot, &f) in self.items[n..n + m].iter().zip(frames) {
+                slot.store(f, Ordering::Relaxed);
+            }
+            self.home.store(home, Ordering::Relaxed);
+            self.count.store(n + m, Ordering::Relaxed);
+            // Under the lock: only the holder writes `added`.
+            let a = self.added.load(Ordering::Relaxed);
+            self.added.store(a + m as u64, Ordering::Relaxed);
+            (
+                m,
+                (n + m == self.items.len()).then(|| self.take_locked(n + m)),
+            )
+        };
+        // Release: the next holder (or a prober) sees the batch as left here.
+        self.lock.store(false, Ordering::Release);
+        Ok(done)
+    }
+
     /// Takes whatever the batch holds as plain frames, if its lock is free (the
     /// anti-stranding probe).
     pub(crate) fn try_take(&self) -> Fifo<Frame> {

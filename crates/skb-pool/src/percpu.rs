@@ -1025,6 +1025,69 @@ impl PoolInner {
         }
     }
 
+    /// Frees a run of per-CPU frames that [`percpu_free_bulk`](Self::percpu_free_bulk) did
+    /// not put back (all stamped home CPU `home`, each carrying a reference): from another
+    /// CPU, into that CPU's outgoing batch with one lock per batch, full batches sent home,
+    /// and every reference dropped with one critical section; on `home` itself (a full cache,
+    /// a migration), or a CPU past the table, one by one.
+    ///
+    /// # Safety
+    ///
+    /// Each address in `frames` is an exclusively held in-use frame of the pool at `this`,
+    /// stamped with home `home`, carrying one reference, and given up by the caller.
+    pub(crate) unsafe fn percpu_free_remote_bulk(
+        this: NonNull<PoolInner>,
+        home: u32,
+        frames: &[usize],
+    ) {
+        // SAFETY: the frames' references keep the pool alive until we drop them at the end.
+        let pool = unsafe { this.as_ref() };
+        let pc = &pool.percpu;
+        let batch = match pc.cpu_now() {
+            Some(cpu) if cpu != home && (home as usize) < pc.slots.len() => {
+                pc.out.get(cpu as usize)
+            }
+            _ => None,
+        };
+        let Some(out) = batch else {
+            for &f in frames {
+                // SAFETY: the caller's contract, frame by frame.
+                let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
+                // SAFETY: forwarded contract.
+                unsafe { PoolInner::percpu_free(this, frame) };
+            }
+            return;
+        };
+        for &f in frames {
+            // SAFETY: the caller's contract: a frame of this pool that we hold.
+            Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
+        }
+        let mut rest = frames;
+        while let Ok((n, full)) = out.add_many(rest, home) {
+            rest = &rest[n..];
+            if let Some(full) = full {
+                pool.send_home(full);
+            }
+            if rest.is_empty() {
+                break;
+            }
+        }
+        for &f in rest {
+            // The batch is busy (its holder was preempted): alone onto the home defer list.
+            pc.counters.remote_frees.add(1);
+            // SAFETY: a free frame of this pool that we hold.
+            let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
+            pool.send_home(Full::alone(frame, home));
+        }
+        match pc.run(None, Op::Add(DROP_REF.wrapping_mul(frames.len() as u64))) {
+            Res::Done(..) => {}
+            Res::Refused(_) | Res::NotHere | Res::NoCache => {
+                // SAFETY: the references are ours to drop; the pool is not used after.
+                unsafe { PoolInner::release(this, frames.len()) };
+            }
+        }
+    }
+
     /// `skb_attempt_defer_free` of a packed batch to its home CPU's defer list (kick at
     /// half); past `defer_max`, its frames go to the overflow list unpacked.
     fn send_home(&self, full: Full) {

@@ -639,50 +639,9 @@ impl Pool {
     /// critical section at most.
     pub const BULK: usize = 32;
 
-    /// Frees many frames: runs of per-CPU frames of this pool with the same home CPU go back
-    /// to the cache with one critical section per [`BULK`](Self::BULK) when the thread runs on
-    /// that CPU ([`PerCpu::Rseq`]); every other frame is dropped as usual.
+    /// Frees many frames, as [`Skb::free_bulk`] does (frames of any pool).
     pub fn free_bulk<I: IntoIterator<Item = Skb>>(&self, skbs: I) {
-        let me = self.inner.as_ptr().cast_const();
-        let mut buf = [0usize; Self::BULK];
-        let (mut n, mut home) = (0, 0u16);
-        for skb in skbs {
-            let frame = skb.into_frame();
-            let owner = frame.owner();
-            if frame.pool() != me
-                || owner & crate::percpu::HOME_FLAG == 0
-                || owner == crate::percpu::NO_HOME
-            {
-                crate::handle::free_frame(frame);
-                continue;
-            }
-            if n == Self::BULK || (n > 0 && owner != home) {
-                self.free_run(home, &buf[..n]);
-                n = 0;
-            }
-            home = owner;
-            buf[n] = frame.0.as_ptr() as usize;
-            n += 1;
-        }
-        self.free_run(home, &buf[..n]);
-    }
-
-    /// Frees a run of per-CPU frames of this pool stamped `home`: one bulk push, the rest (if
-    /// the thread is elsewhere or the cache filled) one by one.
-    fn free_run(&self, home: u16, frames: &[usize]) {
-        if frames.is_empty() {
-            return;
-        }
-        let cpu = u32::from(home & !crate::percpu::HOME_FLAG);
-        // SAFETY: `free_bulk` gathered these from `Skb`s it consumed: in-use frames of this
-        // pool stamped `home`, one reference each.
-        let k = unsafe { self.inner().percpu_free_bulk(cpu, frames) };
-        for &m in &frames[k..] {
-            // SAFETY: as above; the frame is ours to free (marked free already, which the
-            // per-frame path does again).
-            let frame = Frame(unsafe { NonNull::new_unchecked(m as *mut FrameMeta) });
-            crate::handle::free_frame(frame);
-        }
+        Skb::free_bulk(skbs);
     }
 
     /// [`alloc`](Self::alloc), waiting up to `timeout` for a frame to come back if the pool is

@@ -28,6 +28,7 @@ use crate::meta::{
     F_CE, F_CONNECTED, F_SOCK, F_TSTAMP, Frame, FrameMeta, IN_FLIGHT, Place, SkbMeta, place,
     prefetch_data, prefetch_frame,
 };
+use crate::pool::PoolInner;
 use crate::sync::Ordering;
 
 /// The identity of an owner handle (its slot in the pool), stamped on every frame it allocates.
@@ -472,6 +473,78 @@ impl Skb {
             .store((head << 2) | IN_FLIGHT, Ordering::Release);
         core::mem::forget(self);
         addr
+    }
+}
+
+impl Skb {
+    /// Frees many frames at once, what a driver does with a batch it has sent (the kernel's
+    /// bulk free of a completed list). Consecutive frames of one pool go in runs of up to
+    /// [`Pool::BULK`](crate::Pool::BULK): per-CPU frames with the same home CPU back into its
+    /// cache with one critical section when the thread runs there
+    /// ([`PerCpu::Rseq`](crate::PerCpu::Rseq)), else into this CPU's outgoing batch with one
+    /// lock per batch and their references given back together; handle frames through this
+    /// thread's handle, looked up once a run. Frames of the shared path are dropped as usual.
+    ///
+    /// ```
+    /// use skb_pool::{Pool, Skb};
+    ///
+    /// let pool = Pool::builder().frame_count(256).build()?;
+    /// let skbs: Vec<Skb> = (0..40).map(|_| pool.alloc()).collect::<Result<_, _>>()?;
+    /// Skb::free_bulk(skbs);
+    /// assert_eq!(pool.stats().free, 256);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn free_bulk<I: IntoIterator<Item = Skb>>(skbs: I) {
+        let mut buf = [0usize; crate::Pool::BULK];
+        let mut n = 0;
+        let mut run = (core::ptr::null::<PoolInner>(), 0u16);
+        for skb in skbs {
+            let frame = skb.into_frame();
+            let owner = frame.owner();
+            if owner == crate::percpu::NO_HOME {
+                crate::handle::free_frame(frame);
+                continue;
+            }
+            // Handle frames of one pool make one run (0: no home flag), whatever their owner.
+            let stamp = if owner & crate::percpu::HOME_FLAG == 0 {
+                0
+            } else {
+                owner
+            };
+            let key = (frame.pool(), stamp);
+            if n == buf.len() || (n > 0 && key != run) {
+                free_run(run.0, run.1, &buf[..n]);
+                n = 0;
+            }
+            run = key;
+            buf[n] = frame.0.as_ptr() as usize;
+            n += 1;
+        }
+        free_run(run.0, run.1, &buf[..n]);
+    }
+}
+
+/// Frees a run of frames of the pool at `pool`: handle frames (`home` 0) through the thread's
+/// handle state, looked up once; per-CPU frames all stamped `home` with one bulk push if the
+/// thread runs there, else (or for what did not fit) the remote path in bulk.
+fn free_run(pool: *const PoolInner, home: u16, frames: &[usize]) {
+    if frames.is_empty() {
+        return;
+    }
+    if home & crate::percpu::HOME_FLAG == 0 {
+        crate::handle::free_owned_run(pool, frames);
+        return;
+    }
+    let cpu = u32::from(home & !crate::percpu::HOME_FLAG);
+    // SAFETY: `free_bulk` gathered these from `Skb`s it consumed: in-use frames of the pool at
+    // `pool`, stamped `home`, one reference each, which keep the pool alive; a commit that gives
+    // references back is the last use of the pool on each path.
+    unsafe {
+        let this = NonNull::new_unchecked(pool.cast_mut());
+        let k = this.as_ref().percpu_free_bulk(cpu, frames);
+        if k < frames.len() {
+            PoolInner::percpu_free_remote_bulk(this, cpu, &frames[k..]);
+        }
     }
 }
 

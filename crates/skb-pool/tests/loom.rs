@@ -316,6 +316,39 @@ fn percpu_remote_free_kicks_at_half_and_the_home_cpu_drains() {
     });
 }
 
+/// A bulk free on CPU 1 of two frames of CPU 0 (one outgoing-batch lock for the run, a batch
+/// of 2, the references given back in one update) races a single free of a third into the
+/// same batch by another thread on CPU 1 (one of them may find the batch's lock taken and send
+/// its frame alone) and an allocation on CPU 0: no frame is lost or handed out twice, and the
+/// references balance (a frame left over fails `assert_all_reachable_from`, a reference given
+/// back twice the pool's drop).
+#[test]
+fn percpu_bulk_remote_free_races_a_single_free_and_the_home_drain() {
+    loom::model(|| {
+        let pool = percpu_pool_deferring(2, None, 8);
+        skb_pool::loom_set_cpu(0);
+        let mut bulk: Vec<Skb> = (0..3).map(|_| pool.alloc().unwrap()).collect();
+        let single = bulk.pop().unwrap();
+        let t = thread::spawn(move || {
+            skb_pool::loom_set_cpu(1);
+            Skb::free_bulk(bulk);
+        });
+        let u = thread::spawn(move || {
+            skb_pool::loom_set_cpu(1);
+            drop(single);
+        });
+        let p2 = pool.clone();
+        let a = thread::spawn(move || {
+            skb_pool::loom_set_cpu(0);
+            p2.alloc().expect("one frame never left the pool")
+        });
+        t.join().unwrap();
+        u.join().unwrap();
+        let got = a.join().unwrap();
+        assert_all_reachable_from(&pool, 0, &[got]);
+    });
+}
+
 /// Every frame belongs to CPU 1, where nobody allocates any more; they are freed on CPU 0 (to
 /// CPU 1's defer list) by two threads, one of which then allocates on CPU 0 with its cache and
 /// the depot empty: it must find frames in CPU 1's defer list, racing the other's frees.
