@@ -383,40 +383,44 @@ pub(crate) fn free_frame(frame: Frame) {
 #[inline(never)]
 fn free_owned(frame: Frame) {
     let pool = frame.pool();
-    let local = local_for(pool);
-    if local.is_null() {
-        // SAFETY: the frame is exclusively ours (its `Skb` is being dropped), in use, and
-        // carries a reference to the pool `pool` points at, which is therefore alive.
-        unsafe { PoolInner::free_unbatched(NonNull::new_unchecked(pool.cast_mut()), frame) };
-        return;
-    }
-    // SAFETY: the state is registered on this thread, so its handle is alive here; no other
-    // borrow of it is live (see `Local`): we are in an `Skb` drop, not inside a `Local` method.
-    let wake = unsafe { (*local).free(frame) };
-    if let Some(w) = wake {
-        w();
-    }
+    free_through(local_for(pool), pool, frame);
 }
 
 /// [`free_owned`] of a run of handle frames of the pool at `pool` (metadata addresses, each
 /// an in-use frame given up by the caller with its reference): the thread's handle state is
-/// looked up once for the run.
+/// looked up once for the run, and again after a wake (the callback may have dropped it).
 pub(crate) fn free_owned_run(pool: *const PoolInner, frames: &[usize]) {
-    let local = local_for(pool);
+    let mut local = local_for(pool);
     for &f in frames {
         // SAFETY: the caller's contract: an in-use frame of this pool, ours to free.
         let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
-        if local.is_null() {
-            // SAFETY: as in `free_owned`; the frame's reference keeps the pool alive.
-            unsafe { PoolInner::free_unbatched(NonNull::new_unchecked(pool.cast_mut()), frame) };
-            continue;
+        if free_through(local, pool, frame) {
+            local = local_for(pool);
         }
-        // SAFETY: as in `free_owned`. A wake called below may free frames itself, through the
-        // same state, but only after this borrow has ended.
-        let wake = unsafe { (*local).free(frame) };
-        if let Some(w) = wake {
+    }
+}
+
+/// Frees a handle frame of the pool at `pool` through `local`, this thread's state for that
+/// pool (null: unbatched, to its owner's defer list or the overflow list). Returns whether it
+/// called a wake.
+#[inline]
+fn free_through(local: *mut Local, pool: *const PoolInner, frame: Frame) -> bool {
+    if local.is_null() {
+        // SAFETY: the frame is exclusively ours (its `Skb` is being freed), in use, and carries
+        // a reference to the pool `pool` points at, which is therefore alive.
+        unsafe { PoolInner::free_unbatched(NonNull::new_unchecked(pool.cast_mut()), frame) };
+        return false;
+    }
+    // SAFETY: the state is registered on this thread (looked up since the last wake), so its
+    // handle is alive here; no other borrow of it is live (see `Local`): we are freeing an
+    // `Skb`, not inside a `Local` method.
+    let wake = unsafe { (*local).free(frame) };
+    match wake {
+        Some(w) => {
             w();
+            true
         }
+        None => false,
     }
 }
 

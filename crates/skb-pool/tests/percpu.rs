@@ -38,10 +38,15 @@ fn modes() -> Vec<PerCpu> {
 }
 
 fn pool(mode: PerCpu, frames: usize) -> Pool {
+    pool_deferring(mode, frames, 32, 16)
+}
+
+/// A 2-CPU pool with these limits (remote batches of `defer_max / 4`).
+fn pool_deferring(mode: PerCpu, frames: usize, cache_max: usize, defer_max: usize) -> Pool {
     Pool::builder()
         .frame_count(frames)
-        .cache_max(32)
-        .defer_max(16)
+        .cache_max(cache_max)
+        .defer_max(defer_max)
         .cpus(2)
         .per_cpu(mode)
         .build()
@@ -382,14 +387,7 @@ fn remote_frees_past_defer_max_reach_the_overflow_list_whole() {
         // defer_max 8: remote batches of 2, and past 8 deferred frames a batch goes to the
         // shared overflow list, which handles drain too, so it must hold whole frames, never a
         // packed batch's head alone.
-        let pool = Pool::builder()
-            .frame_count(64)
-            .cache_max(32)
-            .defer_max(8)
-            .cpus(2)
-            .per_cpu(mode)
-            .build()
-            .unwrap();
+        let pool = pool_deferring(mode, 64, 32, 8);
         let skbs: Vec<Skb> = on_cpu(0, || (0..64).map(|_| pool.alloc().unwrap()).collect());
         assert!(skbs.iter().all(|s| s.home_cpu() == Some(0)), "{mode:?}");
         on_cpu(1, || drop(skbs));
@@ -419,14 +417,7 @@ fn a_bulk_free_from_another_cpu_goes_home_in_batches_with_the_references() {
     for mode in modes() {
         // defer_max 64: remote batches of 16; 40 frames freed in one call on CPU 1 go home to
         // CPU 0 as two full batches, and 8 wait in CPU 1's outgoing batch.
-        let pool = Pool::builder()
-            .frame_count(256)
-            .cache_max(64)
-            .defer_max(64)
-            .cpus(2)
-            .per_cpu(mode)
-            .build()
-            .unwrap();
+        let pool = pool_deferring(mode, 256, 64, 64);
         assert_eq!(pool.remote_batch(), 16);
         let skbs: Vec<Skb> = on_cpu(0, || (0..40).map(|_| pool.alloc().unwrap()).collect());
         let mut idx: Vec<u32> = skbs.iter().map(Skb::frame_index).collect();
