@@ -165,33 +165,49 @@ pub(crate) unsafe fn unpack_all(heads: impl IntoIterator<Item = Frame>) -> Fifo<
 #[cfg(all(test, not(lockless_loom)))]
 mod tests {
     use super::*;
-    use crate::Pool;
+    use crate::{Pool, Skb};
 
     /// Every batch size from 1 to `MAX_PACK` comes back whole, in order, each frame once, with
-    /// frames from across the side array (deltas of both signs, across chunks).
+    /// frames from across the side array (deltas of both signs, across chunks). The frames are
+    /// taken out of the pool first, so that no list of the pool links them while the test
+    /// writes their fields; their `Skb` fields are saved and put back before they go home.
     #[test]
     fn a_packed_batch_unpacks_to_the_same_frames_in_order() {
-        let pool = Pool::builder().frame_count(3000).build().unwrap();
-        let metas = &pool.inner().metas;
+        const N: usize = 3000;
+        let pool = Pool::builder().frame_count(N).build().unwrap();
+        let mut frames: Vec<Frame> = (0..N).map(|_| pool.alloc().unwrap().into_frame()).collect();
+        frames.sort_unstable_by_key(|f| f.0.as_ptr() as usize);
+        // SAFETY: we hold every frame; nobody else reads their fields.
+        let saved: Vec<SkbMeta> = frames
+            .iter()
+            .map(|f| unsafe { *f.meta().data.get() })
+            .collect();
         for n in 1..=MAX_PACK {
             // Spread over the array, the head in the middle, both directions.
             let items: Vec<usize> = (0..n)
                 .map(|k| {
-                    let i = (1500 + k * 37 * if k % 2 == 0 { 1 } else { 3000 - 1 }) % 3000;
-                    metas.get(i).unwrap() as *const FrameMeta as usize
+                    let i = (N / 2 + k * 37 * if k % 2 == 0 { 1 } else { N - 1 }) % N;
+                    frames[i].0.as_ptr() as usize
                 })
                 .collect();
             let mut uniq = items.clone();
             uniq.sort_unstable();
             uniq.dedup();
             assert_eq!(uniq.len(), n, "test batch {n} repeats a frame");
-            // SAFETY: the pool's frames are all free and nobody else uses this pool's metas.
+            // SAFETY: frames we hold, each once; only their Skb fields are written.
             let head = unsafe { pack(&items) };
-            let mut out = Fifo::new();
-            // SAFETY: the head of the batch just packed.
-            unsafe { unpack_into(head, &mut out) };
-            let got: Vec<usize> = out.into_iter().map(|f| f.0.as_ptr() as usize).collect();
-            assert_eq!(got, items, "batch of {n}");
+            let mut addr = [0usize; MAX_PACK];
+            // SAFETY: the head of the batch just packed, held by us.
+            let got = unsafe { unpack(head, &mut addr) };
+            assert_eq!(&addr[..got], &items[..], "batch of {n}");
         }
+        for (f, m) in frames.into_iter().zip(saved) {
+            // SAFETY: as above; then the frame goes home as the Skb it was.
+            unsafe {
+                *f.meta().data.get() = m;
+                drop(Skb::from_meta(f.0));
+            }
+        }
+        assert_eq!(pool.stats().free, N);
     }
 }
