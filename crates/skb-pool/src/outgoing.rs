@@ -79,42 +79,6 @@ impl Outgoing {
         self.added.load(Ordering::Relaxed)
     }
 
-    /// Adds a free frame (carrying no reference) for `home`. `Err(frame)` if the batch is busy
-    /// (its holder was preempted); else what must be sent now: the previous partial batch (for
-    /// another home) or this one if it is full.
-    pub(crate) fn add(&self, frame: Frame, home: u32) -> Result<Option<Full>, Frame> {
-        // Acquire: the previous holder's writes to the batch are visible.
-        if self
-            .lock
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return Err(frame);
-        }
-        let mut out = None;
-        let mut n = self.count.load(Ordering::Relaxed);
-        if n > 0 && self.home.load(Ordering::Relaxed) != home {
-            out = Some(self.take_locked(n));
-            n = 0;
-        }
-        self.items[n].store(frame.0.as_ptr() as usize, Ordering::Relaxed);
-        self.home.store(home, Ordering::Relaxed);
-        n += 1;
-        self.count.store(n, Ordering::Relaxed);
-        // Under the lock: only the holder writes `added`.
-        let a = self.added.load(Ordering::Relaxed);
-        self.added.store(a + 1, Ordering::Relaxed);
-        if n == self.items.len() {
-            // A different-home flush above left one frame, so with a batch of one both cannot
-            // happen; with more, the new batch is not full yet.
-            debug_assert!(out.is_none());
-            out = Some(self.take_locked(n));
-        }
-        // Release: the next holder (or a prober) sees the batch as left here.
-        self.lock.store(false, Ordering::Release);
-        Ok(out)
-    }
-
     /// Adds free frames (carrying no references) for `home` from the front of `frames` (their
     /// metadata addresses), under one lock. `Err(())` if the batch is busy (its holder was
     /// preempted); else how many went in and what must be sent now: the previous partial

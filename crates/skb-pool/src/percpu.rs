@@ -773,10 +773,7 @@ impl PoolInner {
                 }
             }
         }
-        let mut got: Fifo<Frame> = Fifo::new();
-        if got.is_empty() {
-            got = self.overflow.take_all().reverse();
-        }
+        let mut got = self.overflow.take_all().reverse();
         if got.is_empty() {
             // Refill by half a cache (plus the frame returned), and leave the rest of the
             // batch in the depot: carried through this CPU's hands to be stashed, it would be
@@ -798,7 +795,7 @@ impl PoolInner {
             got = self.probe_cpus();
         }
         if got.is_empty() {
-            got = probe(self.slots.iter().filter(|s| !s.is_claimed()));
+            got = first_drained(self.slots.iter().filter(|s| !s.is_claimed())).reverse();
         }
         if got.is_empty() {
             got = self.take_outgoing();
@@ -968,17 +965,8 @@ impl PoolInner {
 
     /// The frames of the first non-empty CPU defer list, unpacked (one probe per CPU).
     pub(crate) fn probe_cpus(&self) -> Fifo<Frame> {
-        for s in self.percpu.slots.iter() {
-            if !s.looks_empty() {
-                let chain = s.drain();
-                if !chain.is_empty() {
-                    // SAFETY: a CPU's defer list holds only packed heads of this pool, taken
-                    // whole here.
-                    return unsafe { packed::unpack_all(chain) };
-                }
-            }
-        }
-        Fifo::new()
+        // SAFETY: a CPU's defer list holds only packed heads of this pool, taken whole here.
+        unsafe { packed::unpack_all(first_drained(self.percpu.slots.iter())) }
     }
 
     /// A remote free: into CPU `cpu`'s outgoing batch for `home` (the CPU the thread was seen
@@ -1000,29 +988,12 @@ impl PoolInner {
     ) {
         // SAFETY: the frame's reference keeps the pool alive until we drop it below.
         let pool = unsafe { this.as_ref() };
-        let pc = &pool.percpu;
-        let batch = cpu.and_then(|c| pc.out.get(c as usize));
-        let lone = match batch {
-            Some(o) => o.add(frame, home as u32),
-            None => Err(frame),
-        };
-        let send = match lone {
-            Ok(full) => full,
-            Err(frame) => {
-                pc.counters.remote_frees.add(1);
-                Some(Full::alone(frame, home as u32))
-            }
-        };
-        if let Some(full) = send {
-            pool.send_home(full);
-        }
-        match pc.run(None, Op::Add(DROP_REF)) {
-            Res::Done(..) => {}
-            Res::Refused(_) | Res::NotHere | Res::NoCache => {
-                // SAFETY: the frame's reference is ours to drop; the pool is not used after.
-                unsafe { PoolInner::release(this, 1) };
-            }
-        }
+        let out = cpu
+            .and_then(|c| pool.percpu.out.get(c as usize))
+            .map(|o| &**o);
+        pool.send_remote(out, &[frame.0.as_ptr() as usize], home as u32);
+        // SAFETY: the frame's reference is ours to drop; the pool is not used after.
+        unsafe { PoolInner::drop_refs(this, 1) };
     }
 
     /// Frees a run of per-CPU frames that [`percpu_free_bulk`](Self::percpu_free_bulk) did
@@ -1062,28 +1033,51 @@ impl PoolInner {
             // SAFETY: the caller's contract: a frame of this pool that we hold.
             Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
         }
+        pool.send_remote(Some(out), frames, home);
+        // SAFETY: the references are ours to drop; the pool is not used after.
+        unsafe { PoolInner::drop_refs(this, frames.len()) };
+    }
+
+    /// Sends free frames (metadata addresses, carrying no references, all for `home`) through
+    /// `out`, this CPU's outgoing batch: appended under one lock per batch, full batches sent
+    /// home; if there is no batch or it is busy (its holder was preempted), each frame alone
+    /// onto `home`'s defer list.
+    fn send_remote(&self, out: Option<&Outgoing>, frames: &[usize], home: u32) {
         let mut rest = frames;
-        while let Ok((n, full)) = out.add_many(rest, home) {
-            rest = &rest[n..];
-            if let Some(full) = full {
-                pool.send_home(full);
-            }
-            if rest.is_empty() {
-                break;
+        if let Some(out) = out {
+            while !rest.is_empty() {
+                let Ok((n, full)) = out.add_many(rest, home) else {
+                    break;
+                };
+                rest = &rest[n..];
+                if let Some(full) = full {
+                    self.send_home(full);
+                }
             }
         }
         for &f in rest {
-            // The batch is busy (its holder was preempted): alone onto the home defer list.
-            pc.counters.remote_frees.add(1);
-            // SAFETY: a free frame of this pool that we hold.
+            self.percpu.counters.remote_frees.add(1);
+            // SAFETY: a free frame of this pool that the caller gave up.
             let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
-            pool.send_home(Full::alone(frame, home));
+            self.send_home(Full::alone(frame, home));
         }
-        match pc.run(None, Op::Add(DROP_REF.wrapping_mul(frames.len() as u64))) {
+    }
+
+    /// Gives back `k` pool references of frames freed on this CPU: one critical section, or
+    /// the atomic count if there is no cache for the thread.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns `k` references to the pool at `this` and does not use it after.
+    unsafe fn drop_refs(this: NonNull<PoolInner>, k: usize) {
+        // SAFETY: the caller's references keep the pool alive for this attempt; if it commits,
+        // they went with it and the pool is not touched again.
+        let pc = unsafe { &this.as_ref().percpu };
+        match pc.run(None, Op::Add(DROP_REF.wrapping_mul(k as u64))) {
             Res::Done(..) => {}
             Res::Refused(_) | Res::NotHere | Res::NoCache => {
-                // SAFETY: the references are ours to drop; the pool is not used after.
-                unsafe { PoolInner::release(this, frames.len()) };
+                // SAFETY: the references are ours to drop.
+                unsafe { PoolInner::release(this, k) };
             }
         }
     }
@@ -1109,15 +1103,15 @@ impl PoolInner {
     }
 }
 
-/// Takes the first non-empty defer list among `slots` (one probe each).
-fn probe<'a>(slots: impl Iterator<Item = &'a OwnerSlot>) -> Fifo<Frame> {
+/// Takes the first non-empty defer list among `slots` (one probe each), as it was pushed.
+fn first_drained<'a>(slots: impl Iterator<Item = &'a OwnerSlot>) -> Chain<Frame> {
     for s in slots {
         if !s.looks_empty() {
-            let chain: Chain<Frame> = s.drain();
+            let chain = s.drain();
             if !chain.is_empty() {
-                return chain.reverse();
+                return chain;
             }
         }
     }
-    Fifo::new()
+    Chain::new()
 }
