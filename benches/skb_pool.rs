@@ -1144,6 +1144,12 @@ fn stranding(per_cpu: bool, iters: usize) -> (u64, usize) {
     (fails.into_inner(), peak.into_inner())
 }
 
+/// What the cross-core probe reads now (before a row's rounds): the machine's state, `-` if it
+/// cannot run.
+fn state_before() -> String {
+    lockless_xmit::pingpong::probe().map_or("-".to_string(), |ns| format!("{ns:.0}"))
+}
+
 /// Thread counts of the per-CPU `local` table: 1 to 32, or the comma-separated list in
 /// `SKB_BENCH_PERCPU_P`.
 fn percpu_threads() -> Vec<usize> {
@@ -1158,7 +1164,8 @@ fn percpu_threads() -> Vec<usize> {
 /// mimalloc), the pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff
 /// bound), and the stranding pattern's failures for both pools (`SKB_BENCH_PERCPU=local`: the
 /// two `local` tables alone; `SKB_BENCH_PERCPU=pipeline`: all but them). Same-run ratios are
-/// medians of in-round ratios.
+/// medians of in-round ratios. Each row ends with what the cross-core probe
+/// ([`lockless_xmit::pingpong::probe`]) read before its rounds: the machine's state.
 fn percpu_table(rounds: usize) {
     let local = [
         runner(PerCpuPool::<false>::new()),
@@ -1175,13 +1182,14 @@ fn percpu_table(rounds: usize) {
     };
     for &pattern in local_tables {
         println!(
-            "| {pattern} P | per-CPU rseq | per-CPU locked | per-owner | mimalloc | rseq/owner | rseq/mimalloc | locked/owner |"
+            "| {pattern} P | per-CPU rseq | per-CPU locked | per-owner | mimalloc | rseq/owner | rseq/mimalloc | locked/owner | ping-pong ns |"
         );
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for p in percpu_threads() {
+            let state = state_before();
             let r = rotate(&local, rounds, pattern, p, slice);
             println!(
-                "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x |",
+                "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x | {state} |",
                 median(&r[0]),
                 median(&r[1]),
                 median(&r[2]),
@@ -1203,14 +1211,15 @@ fn percpu_table(rounds: usize) {
         runner(MetaBound::new()),
     ];
     println!(
-        "| pipeline P | per-CPU rseq | per-owner | mimalloc | bound | meta bound | rseq/bound | owner/bound | rseq/meta bound | owner/meta bound | meta bound/bound | rseq/mimalloc | owner/mimalloc |"
+        "| pipeline P | per-CPU rseq | per-owner | mimalloc | bound | meta bound | rseq/bound | owner/bound | rseq/meta bound | owner/meta bound | meta bound/bound | rseq/mimalloc | owner/mimalloc | ping-pong ns |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let slice = env_usize("SKB_BENCH_PIPE_SLICE").unwrap_or(300_000) as u64;
     for p in PRODUCERS {
+        let state = state_before();
         let r = rotate(&pipe, rounds, "pipeline", p, slice);
         println!(
-            "| {p} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
+            "| {p} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {state} |",
             median(&r[0]),
             median(&r[1]),
             median(&r[2]),

@@ -16,8 +16,10 @@
 //! call), `park` (producers out of frames sleep), `offered`, `sent`, `dropped`, `queued`,
 //! `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies `drops_by_reason` (an
 //! object keyed by kernel drop reason), `requeues` and `root_contended`; with `--veth`, also
-//! `received` (datagrams the kernel UDP socket in the peer namespace got).
-//! `offered = sent + dropped + queued` always holds.
+//! `received` (datagrams the kernel UDP socket in the peer namespace got); with `--compare`,
+//! `pingpong_ns` (what [`lockless_xmit::pingpong::probe`] read before the cell's group: the
+//! machine's state, `null` if it could not run). `offered = sent + dropped + queued` always
+//! holds.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -749,8 +751,13 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
         );
     }
     let mut ok = true;
+    // What the cross-core probe read before each group of cells (round, producer count): on a
+    // shared VM the state can change between groups, and every cross-core rate with it.
+    let mut states: Vec<(usize, u64, Option<f64>)> = Vec::new();
     for round in 0..cli.repeat as usize {
         for &threads in counts {
+            let state = lockless_xmit::pingpong::probe();
+            states.push((round, threads, state));
             // Rotate the order each round so that no contender always runs first or last.
             for k in 0..Contender::ALL.len() {
                 let contender = Contender::ALL[(k + round) % Contender::ALL.len()];
@@ -775,7 +782,10 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
                         let cell = harness::run(&w, &mut |_| {});
                         ok &= cell.conserved();
                         if cli.json {
-                            println!("{}", json_cell(&cell, &w, Some(threads), round));
+                            let mut line = json_cell(&cell, &w, Some(threads), round);
+                            line.pop();
+                            let ns = state.map_or("null".to_string(), |ns| format!("{ns:.1}"));
+                            println!("{line},\"pingpong_ns\":{ns}}}");
                         }
                         rows.push(CompareRow {
                             round,
@@ -799,12 +809,44 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
         if both_runners {
             print!("{}", runner_table(&rows, counts, cli.pool.kinds()));
         }
+        print!("{}", state_table(&states, counts, cli.repeat as usize));
     }
     if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// What the cross-core probe read before each group of cells, a row per producer count and a
+/// column per round, so that a reader can tell which rounds ran on which machine state.
+fn state_table(states: &[(usize, u64, Option<f64>)], counts: &[u64], rounds: usize) -> String {
+    let mut out = String::from(
+        "\nping-pong before each group (ns one way between the first two CPUs; `-`: no probe):\n\n| threads |",
+    );
+    for r in 0..rounds {
+        let _ = write!(out, " round {r} |");
+    }
+    out.push_str("\n|---:|");
+    out.push_str(&"---:|".repeat(rounds));
+    out.push('\n');
+    for &t in counts {
+        let _ = write!(out, "| {t} |");
+        for r in 0..rounds {
+            let ns = states
+                .iter()
+                .find(|&&(round, threads, _)| round == r && threads == t)
+                .and_then(|&(_, _, ns)| ns);
+            match ns {
+                Some(ns) => {
+                    let _ = write!(out, " {ns:.0} |");
+                }
+                None => out.push_str(" - |"),
+            }
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// One cell of one round of `--compare`.

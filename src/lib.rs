@@ -16,4 +16,7 @@ pub use xsk_tx;
 /// The transmit workload behind the `xmit` bench and the `pktgen` example.
 pub mod harness;
 
+/// The cross-core probe that says which state a shared machine is in.
+pub mod pingpong;
+
 pub mod alloc_count;
