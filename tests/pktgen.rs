@@ -160,6 +160,10 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
             .count();
         assert_eq!(cells, 5, "round {round}: one cell per contender: {stdout}");
     }
+    assert!(
+        stdout.lines().all(|l| l.contains("\"pingpong_ns\":")),
+        "every cell says the machine's state: {stdout}"
+    );
     let out = run(&["--compare", "1", "--repeat", "2", "--duration", "0.2"]);
     assert!(
         out.status.success(),
@@ -167,12 +171,23 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| 1 |")).collect();
+    // The contenders' table (eight cells a row), then the machine-state table (a cell a round).
+    let cells = |l: &str| l.trim().trim_matches('|').split('|').count();
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| 1 |") && cells(l) == 8)
+        .collect();
     assert_eq!(rows.len(), 5, "one row per contender: {stdout}");
     for row in rows {
         // "| 1 | defer | Mpps | drops | cpu | 1.00x (1.00–1.00) | 0.93x (0.90–0.96) |"
         assert_eq!(row.matches('–').count(), 2, "two ratio ranges: {row}");
     }
+    assert!(stdout.contains("ping-pong before each group"), "{stdout}");
+    let states: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| 1 |") && cells(l) == 3)
+        .collect();
+    assert_eq!(states.len(), 1, "one state row, a cell per round: {stdout}");
 }
 
 /// Bursts through `xmit_bulk` (and the peers' burst paths), with a pool so small that the
