@@ -334,7 +334,8 @@ enum BoundIndex {
 /// (creation order, which the bench's steady state keeps).
 ///
 /// Dequeue, per packet: the next flow's line (its head pointer), the head packet's link and the
-/// fields fq's dequeue needs (length, the socket's pacing rates). Enqueue, per packet: the
+/// fields fq's dequeue needs (length, the socket's pacing rates), prefetched as fq does
+/// ([`Packet::prefetch_link`]). Enqueue, per packet: the
 /// packet's fields fq's enqueue needs (flow key, priority, stamp, length), the index line its
 /// key hashes to (the same multiplicative hash and table size as fq's index: at most half
 /// full, linear probing), and the flow's line, where the packet is stored. Nothing else: no
@@ -465,7 +466,9 @@ impl MemBound {
         let d = self.d;
         for _ in 0..BATCH.min(self.flows.len()) {
             llist_defer::hint::prefetch(self.flow_at(d));
-            self.flow_at(d / 2).head.prefetch_front();
+            if let Some(link) = self.flow_at(d / 2).head.front_link() {
+                TestPacket::prefetch_link(link);
+            }
             let p = self.flows[self.rr]
                 .head
                 .pop_front()

@@ -141,6 +141,14 @@ impl<N: Node> Fifo<N> {
         Some(unsafe { N::from_link(link) })
     }
 
+    /// The front node's link, if any: for a caller that prefetches more of the node than its
+    /// link's line (see [`prefetch_front`](Self::prefetch_front)). Reading the pointer touches
+    /// no node.
+    #[inline]
+    pub fn front_link(&self) -> Option<NonNull<Link>> {
+        NonNull::new(self.head)
+    }
+
     /// Hints the CPU to load the front node's link (and so the start of the node) now, so that
     /// the next [`pop_front`](Self::pop_front) does not wait for memory. Call it after a pop,
     /// when the queue is long enough that its head has left the cache. Only a hint: see

@@ -2,7 +2,9 @@
 
 use core::fmt;
 
-use llist_defer::{Fifo, Node};
+use core::ptr::NonNull;
+
+use llist_defer::{Fifo, Link, Node};
 
 /// How FQ identifies the flow of a packet (the kernel keys flows by socket, or by the packet
 /// hash for packets without a full socket).
@@ -55,6 +57,16 @@ pub trait Packet: Node + Send {
     /// packet is queued: qdiscs read it on the way in and again on the way out to keep their
     /// byte counters.
     fn len(&self) -> usize;
+    /// Starts loading what a qdisc reads of the queued packet whose link is `link` (its length,
+    /// flow, stamp and rates): a hint for the batched paths, which call it a few packets ahead
+    /// (fq's dequeue, for the head packets of the flows it serves next). It must only prefetch,
+    /// never read or write through `link`. The default loads the link's cache line, which is
+    /// all a packet whose fields sit beside its link needs; a packet whose fields span more
+    /// lines should load each of them.
+    #[inline]
+    fn prefetch_link(link: NonNull<Link>) {
+        llist_defer::hint::prefetch(link.as_ptr());
+    }
     /// Whether the packet has no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0

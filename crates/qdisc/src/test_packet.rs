@@ -136,6 +136,16 @@ impl Packet for TestPacket {
     fn len(&self) -> usize {
         self.0.len
     }
+    /// The link and the `TestMeta` after it: about 110 bytes, on two or three cache lines
+    /// wherever the allocator put them. Loads each.
+    #[inline]
+    fn prefetch_link(link: NonNull<Link>) {
+        let start = link.as_ptr().cast::<u8>();
+        let span = size_of::<Link>() + size_of::<TestMeta>();
+        llist_defer::hint::prefetch(start);
+        llist_defer::hint::prefetch(start.wrapping_add(64));
+        llist_defer::hint::prefetch(start.wrapping_add(span - 1));
+    }
     #[inline]
     fn priority(&self) -> u32 {
         self.0.priority

@@ -175,7 +175,9 @@ impl<P: Packet> Flow<P> {
     /// Starts loading the linear list's head packet (a hint).
     #[inline]
     pub(super) fn prefetch_head(&self) {
-        self.head.prefetch_front();
+        if let Some(link) = self.head.front_link() {
+            P::prefetch_link(link);
+        }
     }
 
     #[inline]
