@@ -641,8 +641,7 @@ fn finish(cli: &Cli, w: &Workload, cell: &Cell, received: Option<u64>) -> ExitCo
     if cli.json {
         let mut line = json_cell(cell, w, None, 0);
         if let Some(r) = received {
-            line.pop();
-            line.push_str(&format!(",\"received\":{r}}}"));
+            line = json_with(line, "received", &r.to_string());
         }
         println!("{line}");
     } else {
@@ -782,10 +781,9 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
                         let cell = harness::run(&w, &mut |_| {});
                         ok &= cell.conserved();
                         if cli.json {
-                            let mut line = json_cell(&cell, &w, Some(threads), round);
-                            line.pop();
+                            let line = json_cell(&cell, &w, Some(threads), round);
                             let ns = state.map_or("null".to_string(), |ns| format!("{ns:.1}"));
-                            println!("{line},\"pingpong_ns\":{ns}}}");
+                            println!("{}", json_with(line, "pingpong_ns", &ns));
                         }
                         rows.push(CompareRow {
                             round,
@@ -1017,6 +1015,14 @@ fn runner_table(rows: &[CompareRow], counts: &[u64], pools: &[PoolKind]) -> Stri
         }
     }
     out
+}
+
+/// `object` (one JSON object, as [`json_cell`] writes it) with one more field, `key` set to the
+/// JSON value `value`.
+fn json_with(mut object: String, key: &str, value: &str) -> String {
+    object.pop();
+    let _ = write!(object, ",\"{key}\":{value}}}");
+    object
 }
 
 fn json_cell(cell: &Cell, w: &Workload, threads: Option<u64>, round: usize) -> String {
