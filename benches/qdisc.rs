@@ -33,7 +33,8 @@
 //! `fq_mem_bound_noindex` is the bound without the index line (flows found by their id), to
 //! show how much of the bound's growth that one random line a packet is, and
 //! `fq_mem_bound_idx4` the bound of an index a quarter of fq's (4-byte slot numbers, the key
-//! compared in the flow's line), a layout fq does not have.
+//! compared in the flow's line), and `fq_mem_bound_idx8` of one half of fq's (slot number and
+//! socket hash), layouts fq does not have.
 //!
 //! Run: `cargo bench --bench qdisc`; on a loaded machine, `QDISC_BENCH_ROUNDS=15 cargo bench
 //! --bench qdisc` interleaves the variants instead (see [`interleaved`]).
@@ -324,6 +325,10 @@ enum BoundIndex {
     /// the packet needs anyway): a table a quarter of fq's (`fq_mem_bound_idx4`), the bound of
     /// a layout fq does not have.
     Slots,
+    /// An index of 8-byte entries, a slot number and the socket hash (which fq checks at every
+    /// lookup), the key compared in the flow's line: a table half of fq's
+    /// (`fq_mem_bound_idx8`), also a layout fq does not have.
+    Slots8,
     /// No index: the bench's flow ids are the slots (`fq_mem_bound_noindex`), what everything
     /// but the index line costs.
     None,
@@ -349,6 +354,9 @@ struct MemBound {
     index: Vec<BoundEntry>,
     /// The slots of `index`, for [`BoundIndex::Slots`].
     slots: Vec<u32>,
+    /// The slots of `index` with a stand-in socket hash in the high half, for
+    /// [`BoundIndex::Slots8`].
+    slots8: Vec<u64>,
     bits: u32,
     flows: Vec<BoundFlow>,
     /// The next flow the round robin serves.
@@ -373,6 +381,7 @@ impl MemBound {
                 1 << bits
             ],
             slots: vec![Self::VACANT; 1 << bits],
+            slots8: vec![u64::from(Self::VACANT); 1 << bits],
             bits,
             flows: (0..flows)
                 .map(|id| BoundFlow {
@@ -400,6 +409,7 @@ impl MemBound {
                     slot: slot as u32,
                 };
                 b.slots[pos] = slot as u32;
+                b.slots8[pos] = slot as u64 | (id.wrapping_mul(7) << 32);
                 b.flows[slot].head.push_back(p);
             }
         }
@@ -439,6 +449,14 @@ impl MemBound {
                 }
                 pos = (pos + 1) & (self.slots.len() - 1);
             },
+            BoundIndex::Slots8 => loop {
+                let e = self.slots8[pos];
+                let s = (e as u32) as usize;
+                if self.flows.get(s).is_some_and(|f| f.id == id) {
+                    return s;
+                }
+                pos = (pos + 1) & (self.slots8.len() - 1);
+            },
             BoundIndex::None => id as usize,
         }
     }
@@ -449,6 +467,7 @@ impl MemBound {
         match self.mode {
             BoundIndex::Keys => llist_defer::hint::prefetch(&self.index[self.home(id)]),
             BoundIndex::Slots => llist_defer::hint::prefetch(&self.slots[self.home(id)]),
+            BoundIndex::Slots8 => llist_defer::hint::prefetch(&self.slots8[self.home(id)]),
             BoundIndex::None => {}
         }
     }
@@ -537,8 +556,9 @@ fn fq_manual() -> qdisc::Fq<TestPacket> {
 /// look-ahead at `K` flows (0: no prefetch), or for `E/D` enqueue distance `E` and dequeue
 /// look-ahead `D`, and for `E/D/H` the flow line at `H`, to pick the distances by
 /// measurement; then `fq_mem_bound` (the memory floor, see [`MemBound`]),
-/// `fq_mem_bound_idx4` and `fq_mem_bound_noindex` (the same with an index a quarter of fq's,
-/// and without an index: what the rest costs; see [`BoundIndex`]) and, for each
+/// `fq_mem_bound_idx4`, `fq_mem_bound_idx8` and `fq_mem_bound_noindex` (the same with an index
+/// a quarter and a half of fq's, and without an index: what the rest costs; see
+/// [`BoundIndex`]) and, for each
 /// `D` of `QDISC_BENCH_BOUND_D=D1,..`, `fq_mem_bound_dD` with dequeue look-ahead `D` (8 by
 /// default).
 fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
@@ -549,6 +569,10 @@ fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
         (
             "fq_mem_bound_idx4",
             step_mem_bound(flows, 8, BoundIndex::Slots),
+        ),
+        (
+            "fq_mem_bound_idx8",
+            step_mem_bound(flows, 8, BoundIndex::Slots8),
         ),
         (
             "fq_mem_bound_noindex",
@@ -682,14 +706,19 @@ fn interleaved(rounds: usize) {
         // The least fq_batch32's curve can be if fq did its own work at no memory cost beyond
         // what `fq_mem_bound` pays: fq's cost at the first flow count plus the growth of the
         // bound's from there.
-        if let (Some(f), Some(b)) = (index("fq_batch32"), index("fq_mem_bound")) {
-            let (f0, b0) = (fq_base["fq_batch32"], fq_base["fq_mem_bound"]);
-            let (fm, bm) = (median(&ns[f]), median(&ns[b]));
-            println!(
-                "{flows} implied_min:fq_batch32/fq_batch32@{first_flows} {:.2} (curve {:.2})",
-                (f0 + (bm - b0)) / f0,
-                fm / f0
-            );
+        // The same floor for the index layouts fq does not have (`implied_min_idx4`, ...).
+        for bound in ["fq_mem_bound", "fq_mem_bound_idx4", "fq_mem_bound_idx8"] {
+            if let (Some(f), Some(b)) = (index("fq_batch32"), index(bound)) {
+                let (f0, b0) = (fq_base["fq_batch32"], fq_base[bound]);
+                let (fm, bm) = (median(&ns[f]), median(&ns[b]));
+                let layout = bound.strip_prefix("fq_mem_bound").unwrap_or_default();
+                println!(
+                    "{flows} implied_min{layout}:fq_batch32/fq_batch32@{first_flows} {:.2} \
+                     (curve {:.2})",
+                    (f0 + (bm - b0)) / f0,
+                    fm / f0
+                );
+            }
         }
         // Each tuned fq variant against the default, in-round.
         let tuned = variants
