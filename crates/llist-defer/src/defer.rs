@@ -290,6 +290,15 @@ impl<N: Node> DeferList<N> {
             // SAFETY: `oldest` is a link of the caller's chain, owned by the caller until the
             // CAS below publishes it, so nobody else reads or writes it now.
             unsafe { oldest.as_ref() }.set_next(next);
+            // The drain hint: the node after the head we link to, if the type can say.
+            let hint = match NonNull::new(next) {
+                // SAFETY: `oldest` is ours (see above) and `head` a link of this list's type
+                // that was its head when `word` was read.
+                Some(head) => unsafe { N::peek_next(oldest, head) },
+                None => ptr::null_mut(),
+            };
+            // SAFETY: as above.
+            unsafe { oldest.as_ref() }.set_hint(hint);
             // Release on success: whoever takes the list (Acquire swap) sees the link written
             // above and everything the producer wrote into its items. Later CASes of other
             // producers are RMWs, so they extend this release sequence. Weak: we loop anyway.

@@ -75,13 +75,16 @@ impl<N: Node> Fifo<N> {
     pub(crate) fn into_raw_newest_first(self) -> Option<(NonNull<Link>, NonNull<Link>, usize)> {
         let (oldest, newest, len) = (NonNull::new(self.head)?, NonNull::new(self.tail)?, self.len);
         core::mem::forget(self);
-        let mut prev: *mut Link = ptr::null_mut();
+        let (mut prev, mut before): (*mut Link, *mut Link) = (ptr::null_mut(), ptr::null_mut());
         let mut cur = oldest.as_ptr();
         while let Some(link) = NonNull::new(cur) {
             // SAFETY: `link` is a node of the chain we own (the queue gave it up above).
             let link = unsafe { link.as_ref() };
             cur = link.next();
             link.set_next(prev);
+            // The drain hint inside the chain (two nodes older); a push sets the oldest's.
+            link.set_hint(before);
+            before = prev;
             prev = link as *const Link as *mut Link;
         }
         Some((newest, oldest, len))

@@ -8,3 +8,8 @@
 pub(crate) use loom::sync::atomic::{AtomicPtr, Ordering};
 #[cfg(not(lockless_loom))]
 pub(crate) use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// The drain hint of a [`Link`](crate::Link): an address the drainer only prefetches, on which
+/// no result depends, so it stays a standard atomic even under loom (the model need not explore
+/// it).
+pub(crate) use core::sync::atomic::AtomicPtr as HintPtr;

@@ -7,7 +7,9 @@
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use llist_defer::{Boxed, DeferList, LList, Pushed};
+use core::ptr::NonNull;
+
+use llist_defer::{Boxed, DeferList, LList, Link, Node, Pushed};
 
 /// Item = (pusher, sequence).
 type Item = Boxed<(usize, usize)>;
@@ -224,38 +226,97 @@ fn defer_list_counting_rule_with_a_racing_take() {
 /// each item was delivered once or refused, per-pusher order is kept, the list is empty.
 #[test]
 fn defer_list_first_pusher_drains_nothing_stranded() {
+    loom::model(|| first_pusher_drains(|p, s| Boxed::new((p, s)), Boxed::into_inner));
+}
+
+/// An item of an arena that outlives the model's lists, so its node type lets a pusher read the
+/// head's `next` for the drain hint (`Node::peek_next`).
+#[repr(C)]
+struct ArenaItem {
+    link: Link,
+    value: (usize, usize),
+}
+
+struct InArena(NonNull<ArenaItem>);
+
+// SAFETY: the handle is a pointer into an arena that every thread of the model keeps alive.
+unsafe impl Send for InArena {}
+
+// SAFETY: `into_link` gives the item's first field and `from_link` the same pointer back;
+// `peek_next` reads through `Link::peek_next` only, and the arena outlives every list.
+unsafe impl Node for InArena {
+    fn into_link(self) -> NonNull<Link> {
+        self.0.cast()
+    }
+    unsafe fn from_link(link: NonNull<Link>) -> Self {
+        InArena(link.cast())
+    }
+    unsafe fn peek_next(_: NonNull<Link>, head: NonNull<Link>) -> *mut Link {
+        // SAFETY: the arena is alive for the whole model.
+        unsafe { Link::peek_next(head) }
+    }
+}
+
+/// (5b) The same protocol with drain hints: every push reads the `next` of the head it links
+/// to, racing the drainer that is relinking that very node. The hint is only prefetched, so
+/// delivery must be exactly as without it.
+#[test]
+fn defer_list_drain_hints_race_the_drainer() {
     loom::model(|| {
-        let list: Arc<DeferList<Item>> = Arc::new(DeferList::with_limit(2).unwrap());
-        let delivered = Arc::new(Mutex::new(Vec::new()));
-        let threads: Vec<_> = (0..2)
-            .map(|p| {
-                let (list, delivered) = (list.clone(), delivered.clone());
-                thread::spawn(move || {
-                    let mut refused = 0;
-                    for s in 0..2 {
-                        match list.push(Boxed::new((p, s))) {
-                            Ok(Pushed::First) => {
-                                let mut out = delivered.lock().unwrap();
-                                let batch = list.take_all().reverse();
-                                out.extend(batch.into_iter().map(Boxed::into_inner));
-                            }
-                            Ok(Pushed::Queued { .. }) => {}
-                            Err(_) => refused += 1,
-                        }
-                    }
-                    refused
+        let arena: Arc<Vec<ArenaItem>> = Arc::new(
+            (0..4)
+                .map(|i| ArenaItem {
+                    link: Link::new(),
+                    value: (i / 2, i % 2),
                 })
-            })
-            .collect();
-        let refused: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
-        assert_eq!(
-            refused, 0,
-            "a limit of 2 cannot be passed by 4 pushes with drains"
+                .collect(),
         );
-        assert!(list.is_empty(), "an item was stranded on the list");
-        let got = delivered.lock().unwrap().clone();
-        assert_exactly_once_in_order(&got, &[2, 2]);
+        let a = arena.clone();
+        first_pusher_drains(
+            move |p, s| InArena(NonNull::from(&a[2 * p + s])),
+            // SAFETY: the handle points into the arena, alive until the model ends.
+            |n| unsafe { n.0.as_ref() }.value,
+        );
+        drop(arena);
     });
+}
+
+/// Two pushers of two items each, limit 2; whoever pushes first drains: nothing refused,
+/// nothing stranded, every item delivered once and in its pusher's order.
+fn first_pusher_drains<N: Node + Send + 'static>(
+    make: impl Fn(usize, usize) -> N + Clone + Send + 'static,
+    value: fn(N) -> (usize, usize),
+) {
+    let list: Arc<DeferList<N>> = Arc::new(DeferList::with_limit(2).unwrap());
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..2)
+        .map(|p| {
+            let (list, delivered, make) = (list.clone(), delivered.clone(), make.clone());
+            thread::spawn(move || {
+                let mut refused = 0;
+                for s in 0..2 {
+                    match list.push(make(p, s)) {
+                        Ok(Pushed::First) => {
+                            let mut out = delivered.lock().unwrap();
+                            let batch = list.take_all().reverse();
+                            out.extend(batch.into_iter().map(value));
+                        }
+                        Ok(Pushed::Queued { .. }) => {}
+                        Err(_) => refused += 1,
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(
+        refused, 0,
+        "a limit of 2 cannot be passed by 4 pushes with drains"
+    );
+    assert!(list.is_empty(), "an item was stranded on the list");
+    let got = delivered.lock().unwrap().clone();
+    assert_exactly_once_in_order(&got, &[2, 2]);
 }
 
 /// `push_batch` under the first-pusher protocol, racing single pushes, with a limit of 1 that

@@ -203,6 +203,10 @@ pub(crate) struct ChunkHeader {
     pub(crate) shift: u32,
     /// Headroom a new `Skb` starts with.
     pub(crate) headroom: u32,
+    /// First byte of the side array (the allocation this header is in).
+    array: usize,
+    /// Size of the side array in bytes.
+    array_len: usize,
 }
 
 /// Where an entry's frame is, computed from the entry's address and its chunk's header.
@@ -226,6 +230,18 @@ impl Place {
     }
 }
 
+/// The header of the chunk holding the entry `meta` (of a live [`SideArray`]): its address
+/// masked to the chunk.
+#[inline(always)]
+fn header_of(meta: NonNull<FrameMeta>) -> NonNull<ChunkHeader> {
+    meta.map_addr(|a| {
+        // SAFETY: entries sit after their chunk's header, so the masked address is the
+        // header's, inside the same allocation, and so non-zero.
+        unsafe { core::num::NonZeroUsize::new_unchecked(a.get() & !(CHUNK - 1)) }
+    })
+    .cast()
+}
+
 /// The entry's chunk header and frame, by arithmetic on `meta` and one load from the header line
 /// (never from the entry's own line).
 ///
@@ -233,12 +249,7 @@ impl Place {
 /// [`Skb`](crate::Skb) pointer does.
 #[inline(always)]
 pub(crate) fn place(meta: NonNull<FrameMeta>) -> Place {
-    let header = meta.map_addr(|a| {
-        // SAFETY: entries sit after their chunk's header, so the masked address is the
-        // header's, inside the same allocation, and so non-zero.
-        unsafe { core::num::NonZeroUsize::new_unchecked(a.get() & !(CHUNK - 1)) }
-    });
-    let header = header.cast::<ChunkHeader>();
+    let header = header_of(meta);
     let slot = (meta.as_ptr() as usize - header.as_ptr() as usize - META_OFF) / STRIDE;
     // SAFETY: a live side array's chunk starts with an initialised header that nobody writes
     // after the pool is built.
@@ -248,6 +259,15 @@ pub(crate) fn place(meta: NonNull<FrameMeta>) -> Place {
         index: h.first + slot as u32,
         frame: h.frames.wrapping_add(slot << h.shift),
     }
+}
+
+/// Whether `other` lies in the side array of the entry `meta` (so is an entry of the same pool,
+/// alive as long as that pool is), by address alone: `other` is not read.
+#[inline(always)]
+pub(crate) fn in_same_array(meta: NonNull<FrameMeta>, other: *const u8) -> bool {
+    // SAFETY: the header of a live side array's chunk, initialised and read-only after build.
+    let h = unsafe { header_of(meta).as_ref() };
+    (other as usize).wrapping_sub(h.array) < h.array_len
 }
 
 /// Hints the CPU to start loading the frame's data line (at the pool's headroom: where a fresh
@@ -303,6 +323,8 @@ impl SideArray {
                 first: first as u32,
                 shift,
                 headroom,
+                array: base.as_ptr() as usize,
+                array_len: size,
             };
             // SAFETY: chunk `c` starts inside the allocation, CHUNK-aligned, with room for its
             // header (META_OFF ≥ its size).

@@ -574,6 +574,20 @@ unsafe impl Node for Skb {
         llist_defer::hint::prefetch(meta.as_ptr());
         Skb { meta }
     }
+
+    /// The drain hint: `head`'s `next`, read only if `head` is an entry of `mine`'s side array.
+    /// `mine` is a frame the pusher holds, so its pool, and with it the whole side array, stays
+    /// allocated; a frame of another pool could be freed with its pool meanwhile, and gets no
+    /// hint.
+    #[inline]
+    unsafe fn peek_next(mine: NonNull<Link>, head: NonNull<Link>) -> *mut Link {
+        if crate::meta::in_same_array(mine.cast(), head.as_ptr().cast()) {
+            // SAFETY: `head` is inside the side array that `mine`'s reference keeps allocated.
+            unsafe { Link::peek_next(head) }
+        } else {
+            core::ptr::null_mut()
+        }
+    }
 }
 
 impl fmt::Debug for Skb {

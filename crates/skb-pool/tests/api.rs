@@ -618,3 +618,33 @@ fn publish_stats_folds_into_totals() {
     assert_eq!((t.allocs, t.local_frees), (1, 1));
     assert!(format!("{h:?} {pool:?}").contains("PoolHandle"));
 }
+
+/// An `Skb` gives a pusher the drain hint (the `next` of the head it links in front of) only
+/// when that head is a frame of its own pool, whose side array its own frame keeps allocated.
+#[test]
+fn drain_hint_only_within_one_pool() {
+    use llist_defer::Node;
+    let (a, b) = (small(8), small(8));
+    let mut chain = Fifo::new();
+    chain.push_back(a.alloc().unwrap());
+    chain.push_back(a.alloc().unwrap());
+    let first = chain.pop_front().unwrap().into_link();
+    let second = chain.pop_front().unwrap().into_link();
+    // `first` still links to `second` (a popped node's link is left as it was).
+    let mine = a.alloc().unwrap().into_link();
+    let other = b.alloc().unwrap().into_link();
+    // SAFETY: `mine` and `other` are ours; `first` is a frame of `a`, alive (we hold it).
+    let (same, cross) = unsafe {
+        (
+            <skb_pool::Skb as Node>::peek_next(mine, first),
+            <skb_pool::Skb as Node>::peek_next(other, first),
+        )
+    };
+    assert_eq!(same, second.as_ptr(), "same pool: the head's next");
+    assert!(cross.is_null(), "another pool's frame: no hint");
+    for link in [first, second, mine, other] {
+        // SAFETY: each link came from `into_link` of an `Skb` and is rebuilt once.
+        drop(unsafe { <skb_pool::Skb as Node>::from_link(link) });
+    }
+    assert_eq!((a.stats().free, b.stats().free), (8, 8));
+}
