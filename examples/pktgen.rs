@@ -96,6 +96,11 @@ struct Cli {
     #[arg(long, default_value_t = qdisc::DEFAULT_SELF_SEND_BURST as u64)]
     self_send_burst: u64,
 
+    /// Pushes leave drain hints for the runner (`TxQueueBuilder::drain_hints`): `on` (the
+    /// default) or `off`, for the A/B comparison.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    drain_hints: String,
+
     /// A producer out of frames sleeps until one of its frames is freed
     /// (`PoolHandle::alloc_wait`) instead of yielding between polls. Less CPU per packet; the
     /// thread that frees pays the wake-ups. Ignored with the xsk driver (its completions need
@@ -342,6 +347,7 @@ fn main() -> ExitCode {
         park: cli.park,
         pool: cli.pool.kinds()[0],
         qdisc_batch: cli.runner != RunnerArg::PerPacket,
+        drain_hints: cli.drain_hints == "on",
         self_send_burst: match cli.self_send_burst {
             0 => usize::MAX,
             n => n as usize,

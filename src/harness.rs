@@ -143,6 +143,8 @@ pub struct Workload {
     /// `TxQueueBuilder::self_send_burst`: bursts of at least this many packets are sent by
     /// their own producer under the root lock (`usize::MAX`: never).
     pub self_send_burst: usize,
+    /// `TxQueueBuilder::drain_hints`: pushes leave drain hints for the runner.
+    pub drain_hints: bool,
 }
 
 impl Default for Workload {
@@ -158,6 +160,7 @@ impl Default for Workload {
             park: false,
             qdisc_batch: true,
             self_send_burst: qdisc::DEFAULT_SELF_SEND_BURST,
+            drain_hints: true,
             flows: 1,
             rate_pps: None,
             qdisc: QdiscKind::Pfifo,
@@ -497,6 +500,7 @@ fn run_engine<Q: Qdisc<Skb> + 'static, D: Driver<Skb> + 'static>(
             .latency_histogram(w.latency_histogram)
             .qdisc_batch(w.qdisc_batch)
             .self_send_burst(w.self_send_burst)
+            .drain_hints(w.drain_hints)
             .build(qdisc, driver)
             .expect("valid engine settings"),
     );

@@ -194,6 +194,8 @@ pub struct DeferList<N: Node> {
     /// empty (an empty list always has count 0).
     head: AtomicPtr<Link>,
     limit: usize,
+    /// Whether a push reads the head's `next` for its drain hint (see [`Link`]).
+    hints: bool,
     _owns: PhantomData<N>,
 }
 
@@ -208,6 +210,7 @@ impl<N: Node> DeferList<N> {
     pub fn new() -> Self {
         DeferList {
             head: AtomicPtr::new(ptr::null_mut()),
+            hints: true,
             limit: DEFAULT_BURST_LIMIT,
             _owns: PhantomData,
         }
@@ -235,6 +238,19 @@ impl<N: Node> DeferList<N> {
     /// first (`net.core.qdisc_max_burst`).
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// Whether pushes leave drain hints where the node type can read them (default on; see
+    /// [`Link`]). Off, a push never reads the head it links to; only a pushed batch's own
+    /// nodes are hinted. Hints change no result, only which lines the drainer loads early.
+    pub fn with_drain_hints(mut self, on: bool) -> Self {
+        self.hints = on;
+        self
+    }
+
+    /// Whether pushes leave drain hints ([`with_drain_hints`](Self::with_drain_hints)).
+    pub fn drain_hints(&self) -> bool {
+        self.hints
     }
 
     /// Pushes `item` with the kernel's counting rule (see the type docs).
@@ -294,8 +310,8 @@ impl<N: Node> DeferList<N> {
             let hint = match NonNull::new(next) {
                 // SAFETY: `oldest` is ours (see above) and `head` a link of this list's type
                 // that was its head when `word` was read.
-                Some(head) => unsafe { N::peek_next(oldest, head) },
-                None => ptr::null_mut(),
+                Some(head) if self.hints => unsafe { N::peek_next(oldest, head) },
+                _ => ptr::null_mut(),
             };
             // SAFETY: as above.
             unsafe { oldest.as_ref() }.set_hint(hint);

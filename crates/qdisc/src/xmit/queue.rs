@@ -167,14 +167,16 @@ impl TxQueueBuilder {
         waker: Option<Box<dyn Fn() + Send + Sync>>,
     ) -> Result<TxQueue<P, Q, D>, ConfigError> {
         self.validate()?;
-        let defer = DeferList::with_limit(self.burst_limit).map_err(|_| {
-            ConfigError::new(
-                "txqueue",
-                "burst_limit",
-                self.burst_limit as u64,
-                "1..=65535",
-            )
-        })?;
+        let defer = DeferList::with_limit(self.burst_limit)
+            .map(|d| d.with_drain_hints(self.drain_hints))
+            .map_err(|_| {
+                ConfigError::new(
+                    "txqueue",
+                    "burst_limit",
+                    self.burst_limit as u64,
+                    "1..=65535",
+                )
+            })?;
         let bypass_ok = qdisc.can_bypass();
         Ok(TxQueue {
             defer: CachePadded::new(defer),
