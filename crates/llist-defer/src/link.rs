@@ -6,20 +6,6 @@
 //! implemented by the *owning handle* of such an item (a `Box`, a frame handle): giving the
 //! handle to a list turns it into a pointer to its link, and taking it off turns the pointer
 //! back into the handle.
-//!
-//! # The drain hint
-//!
-//! A drainer walks a detached chain one dependent load at a time: the next node's address is in
-//! the node it is reading, and when the pushers ran on another core every step is a cache miss.
-//! So a push onto a [`DeferList`](crate::DeferList) also records, in its own link, the node two
-//! places further down (the `next` of the head it links to), and [`Chain::reverse`] prefetches
-//! that node while it reads the one in between: two misses in flight instead of one. The pusher
-//! reads the old head's `next` only where the node type says that memory cannot have been freed
-//! meanwhile ([`Node::peek_next`]; by default it never does, and the hint stays null). A hint
-//! is only ever prefetched, never followed: a stale or wrong one costs a wasted load, nothing
-//! else.
-//!
-//! [`Chain::reverse`]: crate::Chain::reverse
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -29,11 +15,24 @@ use core::ptr::{self, NonNull};
 
 use crate::sync::{AtomicPtr, HintPtr, Ordering};
 
-/// One intrusive link: the `next` pointer of the kernel's `llist_node`, and a drain hint (see
-/// the [module docs](self)).
+/// One intrusive link: the `next` pointer of the kernel's `llist_node`, and a drain hint.
 ///
 /// Embed it in the item an owning handle points at, and implement [`Node`] for the handle.
 /// While the item is on a list the list owns the link; the handle's user never touches it.
+///
+/// # The drain hint
+///
+/// A drainer walks a detached chain one dependent load at a time: the next node's address is in
+/// the node it is reading, and when the pushers ran on another core every step is a cache miss.
+/// So a push onto a [`DeferList`](crate::DeferList) also records, in its own link, the node two
+/// places further down (the `next` of the head it links to), and
+/// [`Chain::reverse`](crate::Chain::reverse) prefetches that node while it reads the one in
+/// between: two misses in flight instead of one. The pusher reads the old head's `next` only
+/// where the node type says that memory cannot have been freed meanwhile
+/// ([`Node::peek_next`]; by default it never does, and the hint stays null), and only if the
+/// list has hints on ([`DeferList::with_drain_hints`](crate::DeferList::with_drain_hints)). A
+/// hint is only ever prefetched, never followed: a stale or wrong one costs a wasted load,
+/// nothing else.
 pub struct Link {
     // An atomic only so that loom tracks it: every access is `Relaxed`, because the list's own
     // head CAS (Release) and swap (Acquire) order the link writes before the reads; a pusher's
@@ -159,7 +158,7 @@ pub unsafe trait Node: Sized {
     /// - no handle has been rebuilt from it since (ownership is taken back exactly once).
     unsafe fn from_link(link: NonNull<Link>) -> Self;
 
-    /// The drain hint of a push (see the [module docs](self)): the `next` of `head`, the node
+    /// The drain hint of a push (see [`Link`]): the `next` of `head`, the node
     /// the pushed chain is about to be linked in front of, if this type can read it safely
     /// (with [`Link::peek_next`]), else null. The default returns null: no hint.
     ///
