@@ -393,7 +393,7 @@ impl<N: Node> DeferList<N> {
         let word = self.head.swap(ptr::null_mut(), Ordering::Acquire);
         // SAFETY: the swap detached the chain; its nodes came from `into_link` and are now
         // ours, and the node address below the count is its newest link.
-        unsafe { Chain::from_raw(head_node(word)) }
+        unsafe { Chain::from_raw_hinted(head_node(word)) }
     }
 
     /// The burst count now (a snapshot).

@@ -146,6 +146,12 @@ impl<N: Node> fmt::Debug for LList<N> {
 /// (`llist_reverse_order`). Dropping it drops every node.
 pub struct Chain<N: Node> {
     head: *mut Link,
+    /// Whether every node's drain hint was written when it was pushed (a [`DeferList`]'s
+    /// chain); an [`LList`]'s nodes may carry stale hints from an earlier list, which
+    /// [`reverse`](Chain::reverse) must not prefetch.
+    ///
+    /// [`DeferList`]: crate::DeferList
+    hinted: bool,
     _owns: PhantomData<N>,
 }
 
@@ -163,6 +169,21 @@ impl<N: Node> Chain<N> {
     pub(crate) unsafe fn from_raw(head: *mut Link) -> Self {
         Chain {
             head,
+            hinted: false,
+            _owns: PhantomData,
+        }
+    }
+
+    /// [`from_raw`](Self::from_raw) for a chain whose every node's drain hint was written when
+    /// it was pushed.
+    ///
+    /// # Safety
+    ///
+    /// As `from_raw`.
+    pub(crate) unsafe fn from_raw_hinted(head: *mut Link) -> Self {
+        Chain {
+            head,
+            hinted: true,
             _owns: PhantomData,
         }
     }
@@ -171,6 +192,7 @@ impl<N: Node> Chain<N> {
     pub fn new() -> Self {
         Chain {
             head: ptr::null_mut(),
+            hinted: false,
             _owns: PhantomData,
         }
     }
@@ -187,10 +209,11 @@ impl<N: Node> Chain<N> {
     }
 
     /// Reverses the chain in place into oldest-first order (`llist_reverse_order`) and returns it
-    /// as a [`Fifo`], counting it on the way. O(n), no allocation. At each node it prefetches
-    /// the node's drain hint (see [`Link`]), so that with hints two nodes load at a time.
+    /// as a [`Fifo`], counting it on the way. O(n), no allocation. On a chain taken from a
+    /// [`DeferList`](crate::DeferList) it prefetches each node's drain hint (see [`Link`]), so
+    /// that with hints two nodes load at a time.
     pub fn reverse(self) -> Fifo<N> {
-        let mut cur = self.head;
+        let (mut cur, hinted) = (self.head, self.hinted);
         core::mem::forget(self);
         let tail = cur;
         let mut prev: *mut Link = ptr::null_mut();
@@ -198,7 +221,9 @@ impl<N: Node> Chain<N> {
         while let Some(link) = NonNull::new(cur) {
             // SAFETY: `link` is a node of the chain we own.
             let link = unsafe { link.as_ref() };
-            crate::hint::prefetch(link.hint());
+            if hinted {
+                crate::hint::prefetch(link.hint());
+            }
             cur = link.next();
             link.set_next(prev);
             prev = link as *const Link as *mut Link;
