@@ -306,11 +306,15 @@ impl<N: Node> DeferList<N> {
             // SAFETY: `oldest` is a link of the caller's chain, owned by the caller until the
             // CAS below publishes it, so nobody else reads or writes it now.
             unsafe { oldest.as_ref() }.set_next(next);
-            // The drain hint: the node after the head we link to, if the type can say.
+            // The drain hint: the node after the head we link to, if the type can say, and only
+            // if that head is the node this thread pushed last (its line is then in this core's
+            // cache, so the read costs no cross-core miss inside the CAS window).
             let hint = match NonNull::new(next) {
                 // SAFETY: `oldest` is ours (see above) and `head` a link of this list's type
                 // that was its head when `word` was read.
-                Some(head) if self.hints => unsafe { N::peek_next(oldest, head) },
+                Some(head) if self.hints && head.as_ptr() == last_pushed() => unsafe {
+                    N::peek_next(oldest, head)
+                },
                 _ => ptr::null_mut(),
             };
             // SAFETY: as above.
@@ -324,8 +328,14 @@ impl<N: Node> DeferList<N> {
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
-                Ok(_) if next.is_null() => return Ok(Pushed::First),
-                Ok(_) => return Ok(Pushed::Queued { burst }),
+                Ok(_) => {
+                    set_last_pushed(newest.as_ptr());
+                    return Ok(if next.is_null() {
+                        Pushed::First
+                    } else {
+                        Pushed::Queued { burst }
+                    });
+                }
                 Err(seen) => word = seen,
             }
         }
@@ -439,4 +449,23 @@ impl<N: Node> fmt::Debug for DeferList<N> {
             .field("is_empty", &self.is_empty())
             .finish()
     }
+}
+
+std::thread_local! {
+    /// The newest node this thread pushed onto any `DeferList` (compared, never read): a push
+    /// reads its head's `next` for the drain hint only if the head is this node.
+    static LAST_PUSHED: core::cell::Cell<*mut Link> = const { core::cell::Cell::new(ptr::null_mut()) };
+}
+
+/// The newest node this thread pushed last (null if none, or during thread teardown).
+#[inline]
+fn last_pushed() -> *mut Link {
+    LAST_PUSHED
+        .try_with(core::cell::Cell::get)
+        .unwrap_or(ptr::null_mut())
+}
+
+#[inline]
+fn set_last_pushed(link: *mut Link) {
+    let _ = LAST_PUSHED.try_with(|c| c.set(link));
 }

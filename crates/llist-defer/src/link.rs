@@ -28,7 +28,8 @@ use crate::sync::{AtomicPtr, HintPtr, Ordering};
 /// places further down (the `next` of the head it links to), and
 /// [`Chain::reverse`](crate::Chain::reverse) prefetches that node while it reads the one in
 /// between: two misses in flight instead of one. The pusher reads the old head's `next` only
-/// where the node type says that memory cannot have been freed meanwhile
+/// if that head is the node the same thread pushed last (so the read hits this core's cache),
+/// only where the node type says that memory cannot have been freed meanwhile
 /// ([`Node::peek_next`]; by default it never does, and the hint stays null), and only if the
 /// list has hints on ([`DeferList::with_drain_hints`](crate::DeferList::with_drain_hints)). A
 /// hint is only ever prefetched, never followed: a stale or wrong one costs a wasted load,
@@ -308,6 +309,9 @@ mod tests {
 
     struct InArena(NonNull<Item>);
 
+    // SAFETY: the handle is a pointer into an arena that outlives every thread of the test.
+    unsafe impl Send for InArena {}
+
     // SAFETY: `into_link` gives the item's first field; `from_link` rebuilds the same pointer.
     // `peek_next` reads only through `Link::peek_next`, and every item lives in an arena that
     // outlives the lists of the test.
@@ -360,6 +364,33 @@ mod tests {
             .map(|n| unsafe { n.0.as_ref() }.id)
             .collect();
         assert_eq!(order, [0, 1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn a_push_reads_only_a_head_its_own_thread_pushed() {
+        let arena: Vec<Item> = (0..4).map(|id| Item { link: Link::new(), id }).collect();
+        let node = |i: usize| InArena(NonNull::from(&arena[i]));
+        let list = DeferList::new();
+        list.push(node(0)).unwrap();
+        list.push(node(1)).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // The head (1, whose next is 0) is another thread's node: no read, no hint.
+                list.push(node(2)).unwrap();
+                // The head is this thread's own last push: hinted two places down.
+                list.push(node(3)).unwrap();
+            });
+        });
+        let hints: Vec<_> = (0..4).map(|i| hint_of(&arena, i)).collect();
+        assert_eq!(hints, [None, None, None, Some(1)]);
+        let order: Vec<usize> = list
+            .take_all()
+            .reverse()
+            .into_iter()
+            // SAFETY: every handle points into the live arena.
+            .map(|n| unsafe { n.0.as_ref() }.id)
+            .collect();
+        assert_eq!(order, [0, 1, 2, 3]);
     }
 
     #[test]
