@@ -368,7 +368,12 @@ mod tests {
 
     #[test]
     fn a_push_reads_only_a_head_its_own_thread_pushed() {
-        let arena: Vec<Item> = (0..4).map(|id| Item { link: Link::new(), id }).collect();
+        let arena: Vec<Item> = (0..4)
+            .map(|id| Item {
+                link: Link::new(),
+                id,
+            })
+            .collect();
         let node = |i: usize| InArena(NonNull::from(&arena[i]));
         let list = DeferList::new();
         list.push(node(0)).unwrap();
