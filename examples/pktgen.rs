@@ -96,10 +96,10 @@ struct Cli {
     #[arg(long, default_value_t = qdisc::DEFAULT_SELF_SEND_BURST as u64)]
     self_send_burst: u64,
 
-    /// Pushes leave drain hints for the runner (`TxQueueBuilder::drain_hints`): `on` (the
-    /// default) or `off`, for the A/B comparison.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    drain_hints: String,
+    /// Pushes leave drain hints for the runner (`TxQueueBuilder::drain_hints`); `off` is for
+    /// the A/B comparison.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    drain_hints: OnOff,
 
     /// A producer out of frames sleeps until one of its frames is freed
     /// (`PoolHandle::alloc_wait`) instead of yielding between polls. Less CPU per packet; the
@@ -225,6 +225,12 @@ enum RunnerArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum OverflowArg {
     /// Drop the arriving packet (the kernel's QDISC_BURST_DROP).
     Drop,
@@ -347,7 +353,7 @@ fn main() -> ExitCode {
         park: cli.park,
         pool: cli.pool.kinds()[0],
         qdisc_batch: cli.runner != RunnerArg::PerPacket,
-        drain_hints: cli.drain_hints == "on",
+        drain_hints: cli.drain_hints == OnOff::On,
         self_send_burst: match cli.self_send_burst {
             0 => usize::MAX,
             n => n as usize,

@@ -288,6 +288,12 @@ impl<N: Node> DeferList<N> {
         if newest.as_ptr().addr() > ADDR_MASK {
             address_too_high(newest);
         }
+        // This thread's last push (see the drain hint below); fixed while this push retries.
+        let mine = if self.hints {
+            last_pushed()
+        } else {
+            ptr::null_mut()
+        };
         // Relaxed: the value is only a guess for the CAS, which re-reads it.
         let mut word = self.head.load(Ordering::Relaxed);
         loop {
@@ -312,9 +318,7 @@ impl<N: Node> DeferList<N> {
             let hint = match NonNull::new(next) {
                 // SAFETY: `oldest` is ours (see above) and `head` a link of this list's type
                 // that was its head when `word` was read.
-                Some(head) if self.hints && head.as_ptr() == last_pushed() => unsafe {
-                    N::peek_next(oldest, head)
-                },
+                Some(head) if head.as_ptr() == mine => unsafe { N::peek_next(oldest, head) },
                 _ => ptr::null_mut(),
             };
             // SAFETY: as above.
@@ -329,7 +333,9 @@ impl<N: Node> DeferList<N> {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    set_last_pushed(newest.as_ptr());
+                    if self.hints {
+                        set_last_pushed(newest.as_ptr());
+                    }
                     return Ok(if next.is_null() {
                         Pushed::First
                     } else {
@@ -452,8 +458,8 @@ impl<N: Node> fmt::Debug for DeferList<N> {
 }
 
 std::thread_local! {
-    /// The newest node this thread pushed onto any `DeferList` (compared, never read): a push
-    /// reads its head's `next` for the drain hint only if the head is this node.
+    /// The newest node this thread pushed onto any `DeferList` with hints on (compared, never
+    /// read): a push reads its head's `next` for the drain hint only if the head is this node.
     static LAST_PUSHED: core::cell::Cell<*mut Link> = const { core::cell::Cell::new(ptr::null_mut()) };
 }
 
