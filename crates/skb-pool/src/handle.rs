@@ -5,7 +5,8 @@
 //! cache of free frames, the chain last taken from its defer list, one outgoing batch per other
 //! owner, and its share of pool references. Allocation pops the cache without an atomic; when
 //! the cache is dry it drains, in order: its defer list (splicing the taken chain in O(1)), the
-//! shared overflow list, a depot batch, and the defer lists of vacant slots.
+//! shared overflow list, a depot batch, the defer lists of vacant slots, and then per-CPU frees
+//! no CPU is taking: the first non-empty CPU defer list, a CPU's stranded outgoing batch.
 //!
 //! Dropping an [`Skb`] looks up the calling thread's handle for the frame's pool (a short
 //! thread-local list, usually of one). On the owner's thread the frame goes into the cache. On

@@ -16,8 +16,9 @@
 //! depot, the owner slots, the caches) holds plain frames. `percpu.rs` unpacks at every place
 //! that takes a CPU's defer list, and before a packed batch would go to the overflow list.
 //!
-//! This file owns the layout of a packed batch only; it must not touch a frame's link or state
-//! word.
+//! This file owns the layout of a packed batch only; it must not touch a frame's state word,
+//! and writes links only where it hands a batch's frames out as a plain list (`unpack_into`,
+//! `unpack_all`), as any list of free frames is linked.
 
 use core::ptr::NonNull;
 

@@ -1,5 +1,6 @@
 //! Remote free: the owner slot's defer list, the port of `skb_attempt_defer_free`,
-//! `kick_defer_list_purge` and `skb_defer_free_flush` (net/core/skbuff.c, net/core/dev.c, v6.19).
+//! `kick_defer_list_purge` and `skb_defer_free_flush` (net/core/skbuff.c, net/core/dev.c, v6.19),
+//! and the kick an owner asks for ([`Wake`]).
 //!
 //! A frame freed by a thread that is not its owner goes back to the owner rather than into the
 //! freeing thread's cache, as the kernel returns an skb to the CPU that allocated it. The freer

@@ -1,6 +1,7 @@
 //! [`Skb`]: the owned handle of one in-use frame, with the kernel's data-window operations
 //! (`skb_put`, `skb_push`, `skb_pull`, `skb_trim`, `skb_reserve`) and the metadata a qdisc and
-//! a driver read.
+//! a driver read; with it the frame's owner as a value ([`OwnerId`]) and the socket a packet
+//! was sent from, which keys its flow ([`SocketRef`]).
 //!
 //! The frame is laid out as the kernel lays out an skb's linear buffer:
 //!

@@ -1,4 +1,7 @@
-//! [`TxQueueBuilder`]: the engine's knobs, with the kernel's values as defaults.
+//! The engine's knobs: [`TxQueueBuilder`] with the kernel's values as defaults
+//! ([`DEFAULT_QUOTA`], [`DEFAULT_SELF_SEND_BURST`]), the locking [`Strategy`] and what a
+//! producer does past the burst limit ([`Overflow`]). Must not: build the queue (that is
+//! `queue.rs`'s `build`) or hold any runtime state.
 
 use core::fmt;
 

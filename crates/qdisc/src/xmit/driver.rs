@@ -1,5 +1,6 @@
-//! The [`Driver`] trait (the kernel's `ndo_start_xmit` seen from `sch_direct_xmit`) and two
-//! drivers of our own: [`NullDriver`] for benchmarks and [`RecordingDriver`] for tests.
+//! The [`Driver`] trait (the kernel's `ndo_start_xmit` seen from `sch_direct_xmit`), what a
+//! driver call returns ([`TxResult`]), and two drivers of our own: [`NullDriver`] for
+//! benchmarks and [`RecordingDriver`] for tests.
 
 use core::fmt;
 use std::hint::black_box;

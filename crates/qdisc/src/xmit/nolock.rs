@@ -6,8 +6,10 @@
 //! loom model that shows the 2021 "packet stuck" bug.
 //!
 //! Owns: the NoLock state bits ([`MISSED`], [`DRAINING`], [`BUSY`]), the seqlock's begin / end,
-//! `xmit_nolock` and the NoLock run loop. Must not: touch the defer list or `running` (the
-//! locked strategies' role).
+//! `xmit_nolock` and the NoLock run loop. Outside this file only the shared exits write them:
+//! `transmit` sets `BUSY` for a stopped driver, `wake` clears it, a runner unwinding from a
+//! panic sets `MISSED` and frees the seqlock (`run.rs`), and `with_driver` takes the seqlock
+//! (`queue.rs`). Must not: touch the defer list or `running` (the locked strategies' role).
 
 use llist_defer::Fifo;
 

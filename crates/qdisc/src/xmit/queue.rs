@@ -1,20 +1,25 @@
 //! [`TxQueue`]: the user-space `__dev_xmit_skb` (Linux 6.19 `net/core/dev.c`) with the qdisc run
 //! loop of `sch_generic.c` (`qdisc_run_begin` / `__qdisc_run` / `sch_direct_xmit` /
 //! `dev_requeue_skb` / `qdisc_run_end`): the struct, its builder's `build`, and the public API
-//! in one place (xmit, xmit_bulk, poll / wake, deactivate / activate, replace / change the
-//! qdisc, the driver, statistics).
+//! in one place (xmit, xmit_bulk with its [`BulkVerdict`], poll / wake, deactivate / activate,
+//! replace / change the qdisc, the driver, statistics).
 //!
 //! Owns: the queue's fields and what the root lock guards ([`Root`]), the dispatch of a packet
 //! to its strategy, and the control calls. Must not: carry a strategy's protocol (`defer.rs`,
-//! `busylock.rs`, `nolock.rs`), the run loop (`run.rs`) or the unwind guards (`guard.rs`);
-//! the control calls only take the root lock and call into those.
+//! `busylock.rs`, `nolock.rs`), the run loop (`run.rs`) or the unwind guards (`guard.rs`).
+//! The control calls take the root lock and call into those, with three exceptions that are
+//! the kernel's own: `wake` clears the driver's `BUSY` bit (`netif_tx_wake_queue`),
+//! `deactivate` takes the defer list whole under the root lock to drop it, and `with_driver`
+//! takes the NoLock run role (the seqlock) as a runner would.
 //!
 //! Who may do what:
 //! - the **root lock** guards the qdisc, the requeue list (`gso_skb`), `running` and
 //!   `deactivated`; it is never held while the driver runs;
 //! - the **run role** (`running` for the locked strategies, the seqlock for NoLock) is held by at
 //!   most one thread, the runner, which alone dequeues for and calls the driver;
-//! - the **defer list** takes pushes from anyone; only a thread holding the root lock drains it;
+//! - the **defer list** takes pushes from anyone; only a thread holding the root lock drains
+//!   it, but for a runner unwinding from a panic, which drops (and counts) what a first pusher
+//!   left to it (`release_role_after_panic`);
 //! - packets dropped anywhere are freed after every lock is released, counted by reason.
 //!
 //! Replacing the qdisc ([`TxQueue::replace_qdisc`], `tc qdisc replace`) needs no deferred

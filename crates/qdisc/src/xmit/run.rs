@@ -7,7 +7,10 @@
 //! Owns: `run`, `run_begin_locked`, `enqueue_all`, `dequeue_batch`, `transmit`, `driver_mut`
 //! (the one place that reaches the driver) and the reschedule bit [`SCHED`]. Must not: push to
 //! or take from the defer list except through `absorb_defer_list` (`defer.rs`), nor run the
-//! NoLock handshake (`nolock.rs`).
+//! NoLock handshake (`nolock.rs`). Two shared exits touch the NoLock bits for every runner: a
+//! driver call that reports the queue stopped sets `BUSY`, and a runner unwinding from a panic
+//! gives its role back (NoLock: `MISSED` set and the seqlock freed; DeferList: the batch a
+//! first pusher left to it dropped and counted, since nobody else would take it).
 
 use llist_defer::Fifo;
 

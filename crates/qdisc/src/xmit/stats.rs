@@ -1,5 +1,5 @@
 //! Transmit-engine counters: what `perf lock contention` and the seed's bpftrace histogram
-//! showed, kept by the engine itself.
+//! showed, kept by the engine itself, and their public snapshot [`XmitStats`].
 //!
 //! Every counter is a relaxed atomic written off the per-packet fast path: sends by the runner
 //! (one writer at a time), drops and contention only when they happen. The `xmit` latency
