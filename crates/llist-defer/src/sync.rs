@@ -1,6 +1,6 @@
 //! The only place in this crate that names atomics.
 //!
-//! Under `--cfg lockless_loom` the types come from [loom] so that the model checker sees every
+//! Under `--cfg lockless_loom` the types come from loom so that the model checker sees every
 //! access; otherwise they are the standard library's. The cfg is namespaced to this project so
 //! that building our loom models never flips a dependency into loom mode.
 

@@ -1,4 +1,4 @@
-//! [`Ring`]: the FIFO storage of pfifo, bfifo and pfifo_head_drop.
+//! [`Ring`](crate::ring::Ring): the FIFO storage of pfifo, bfifo and pfifo_head_drop.
 //!
 //! A packet's queue position is a slot in a power-of-two array holding its link, not a link
 //! through the packet itself. Queueing writes only the ring, and a dequeue finds the next packet

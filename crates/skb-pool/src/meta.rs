@@ -1,9 +1,9 @@
 //! Per-frame metadata, kept in a side array beside the region, and the free-frame node.
 //!
-//! Each frame has one [`FrameMeta`], exactly one cache line: the intrusive [`Link`] that puts it
-//! on lists, the atomic state word (`FREE`, `IN_USE`, or `IN_FLIGHT` with the data offset it was
-//! handed to the kernel with), and the `Skb` fields (data window, priority, hash, socket,
-//! timestamp, queue mapping, flags, owner).
+//! Each frame has one [`FrameMeta`](crate::meta::FrameMeta), exactly one cache line: the intrusive
+//! [`Link`](llist_defer::Link) that puts it on lists, the atomic state word (`FREE`, `IN_USE`, or
+//! `IN_FLIGHT` with the data offset it was handed to the kernel with), and the `Skb` fields (data
+//! window, priority, hash, socket, timestamp, queue mapping, flags, owner).
 //!
 //! Why beside the region and not in the frame's headroom: the region is registered with the
 //! kernel as a UMEM, so the kernel (and, in zero-copy mode, the NIC) writes it; a link or a state
@@ -14,25 +14,26 @@
 //!
 //! # Layout: addresses from the handle alone
 //!
-//! The side array ([`SideArray`]) is one allocation aligned to [`CHUNK`] (64 KiB), cut into
-//! chunks of that size. Each chunk opens with a read-only [`ChunkHeader`] line — the pool, the
-//! address of the chunk's first frame, its index, the frame shift and the headroom — followed by
-//! the entries of [`PER_CHUNK`] consecutive frames:
+//! The side array ([`SideArray`](crate::meta::SideArray)) is one allocation aligned to
+//! [`CHUNK`](crate::meta::CHUNK) (64 KiB), cut into chunks of that size. Each chunk opens with a
+//! read-only [`ChunkHeader`](crate::meta::ChunkHeader) line — the pool, the address of the chunk's
+//! first frame, its index, the frame shift and the headroom — followed by the entries of
+//! [`PER_CHUNK`](crate::meta::PER_CHUNK) consecutive frames:
 //!
 //! ```text
 //! chunk c (CHUNK-aligned)
 //! | header | meta c·N | meta c·N+1 | ... | meta c·N+N−1 |      N = PER_CHUNK
 //! ```
 //!
-//! So a pointer to an entry (an [`Skb`](crate::Skb), a [`Frame`]) finds its header by masking
-//! (`ptr & !(CHUNK − 1)`), and its frame index and frame address by arithmetic on the pointer:
-//! no load from the entry's own line. Headers are written once, before the pool is shared, and
-//! only read after, so every core keeps them cached (a handful of lines per pool); a consumer
-//! that receives a frame from another core can request its metadata line and its data line at
-//! once instead of learning the data address from the metadata: `Skb::data` asks for the data
-//! line before it loads the data window, and [`Skb::prefetch`](crate::Skb::prefetch) asks for
-//! both lines ahead of use. Nothing here lives in the region: the kernel can write neither a header nor an
-//! entry, and addresses coming back from it are still validated against the entries' state.
+//! So a pointer to an entry (an [`Skb`](crate::Skb), a [`Frame`](crate::meta::Frame)) finds its
+//! header by masking (`ptr & !(CHUNK − 1)`), and its frame index and frame address by arithmetic on
+//! the pointer: no load from the entry's own line. Headers are written once, before the pool is
+//! shared, and only read after, so every core keeps them cached (a handful of lines per pool); a
+//! consumer that receives a frame from another core can request its metadata line and its data line
+//! at once instead of learning the data address from the metadata: `Skb::data` asks for the data
+//! line before it loads the data window, and [`Skb::prefetch`](crate::Skb::prefetch) asks for both
+//! lines ahead of use. Nothing here lives in the region: the kernel can write neither a header nor
+//! an entry, and addresses coming back from it are still validated against the entries' state.
 
 use core::ptr::NonNull;
 

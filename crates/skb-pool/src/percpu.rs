@@ -1,17 +1,16 @@
 //! Per-CPU frame caches: [`Pool::alloc`](crate::Pool::alloc) from any thread, no registration.
 //!
-//! Each CPU (of the affinity mask at build) has a cache — a stack of free frames and one
-//! 64-bit word, the stack's count in the low 32 bits and the CPU's share of pool references in
-//! the high 32 — and a defer list (an [`OwnerSlot`], as a handle has). A thread allocates from
-//! the cache of the CPU it runs on and stamps the frame with that home CPU. Dropping the frame
-//! on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer list
-//! (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
-//! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when kicked or when
-//! its cache is dry. Remote frees travel in batches, packed (`packed.rs`): the home CPU learns
-//! a batch's addresses from a few metadata lines and pushes them into its cache with one
-//! critical section, instead of walking a chain of frames another core wrote, one dependent
-//! miss a frame. Every cache operation is one critical section that commits with a single
-//! store of the word:
+//! Each CPU (of the affinity mask at build) has a cache — a stack of free frames and one 64-bit
+//! word, the stack's count in the low 32 bits and the CPU's share of pool references in the high 32
+//! — and a defer list (an [`OwnerSlot`](crate::remote::OwnerSlot), as a handle has). A thread
+//! allocates from the cache of the CPU it runs on and stamps the frame with that home CPU. Dropping
+//! the frame on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer
+//! list (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
+//! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when kicked or when its
+//! cache is dry. Remote frees travel in batches, packed (`packed.rs`): the home CPU learns a
+//! batch's addresses from a few metadata lines and pushes them into its cache with one critical
+//! section, instead of walking a chain of frames another core wrote, one dependent miss a frame.
+//! Every cache operation is one critical section that commits with a single store of the word:
 //!
 //! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW; the
 //!   allocation and free fast paths are that one section, inlined, everything else out of
@@ -34,15 +33,15 @@
 //!
 //! # References
 //!
-//! An allocated frame holds a pool reference, as with handles; here it is counted in the high
-//! half of the word of the CPU that allocated it (and dropped from the word of the CPU that
-//! frees it), so neither path touches a shared line. The sum over CPUs is the per-CPU share; the
-//! atomic count carries a bias while a [`Pool`](crate::Pool) value exists. When the last one
-//! goes, [`PerCpuState::freeze`] sets `dying` (every section checks it before its commit), waits
-//! out every section in progress (`membarrier(PRIVATE_EXPEDITED_RSEQ)` restarts them; for the
-//! locked caches, taking each lock once), and folds the sum into the atomic count, which from
-//! then on counts every reference exactly. Only the sum matters, modulo 2^32: a frame counted
-//! on one CPU and released on another, or atomically, is fine.
+//! An allocated frame holds a pool reference, as with handles; here it is counted in the high half
+//! of the word of the CPU that allocated it (and dropped from the word of the CPU that frees it),
+//! so neither path touches a shared line. The sum over CPUs is the per-CPU share; the atomic count
+//! carries a bias while a [`Pool`](crate::Pool) value exists. When the last one goes,
+//! [`PerCpuState::freeze`](crate::percpu::PerCpuState::freeze) sets `dying` (every section checks
+//! it before its commit), waits out every section in progress (`membarrier(PRIVATE_EXPEDITED_RSEQ)`
+//! restarts them; for the locked caches, taking each lock once), and folds the sum into the atomic
+//! count, which from then on counts every reference exactly. Only the sum matters, modulo 2^32: a
+//! frame counted on one CPU and released on another, or atomically, is fine.
 //!
 //! This file must not touch the owner handles' caches or the per-owner free path.
 

@@ -1,10 +1,10 @@
-//! The only place in this crate that names atomics, `UnsafeCell`, `Mutex` and thread-locals,
-//! but for `rseq.rs`, whose per-thread rseq area and one-time symbol lookup exist only outside
-//! loom (its critical sections are compiled out under it). It also holds [`Counter`], the
-//! statistics counter of slow paths.
+//! The only place in this crate that names atomics, `UnsafeCell`, `Mutex` and thread-locals, but
+//! for `rseq.rs`, whose per-thread rseq area and one-time symbol lookup exist only outside loom
+//! (its critical sections are compiled out under it). It also holds
+//! [`Counter`](crate::sync::Counter), the statistics counter of slow paths.
 //!
 //! Under `--cfg lockless_loom` the atomics, the mutex and the thread-local macro come from
-//! [loom], so the model checker sees every shared access and gives each modelled thread its own
+//! loom, so the model checker sees every shared access and gives each modelled thread its own
 //! thread-locals; otherwise they are the standard library's. The cfg is namespaced to this
 //! project so that building our loom models never flips a dependency into loom mode.
 //!

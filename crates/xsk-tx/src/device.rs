@@ -1,9 +1,9 @@
 //! [`XskDevice`]: a multi-queue AF_XDP transmit device over the frame pool — the user-space
-//! `net_device` with one `netdev_queue` per NIC queue. Each queue is a [`TxQueue`] (its own
-//! qdisc, the lock-free xmit engine) over an [`XskDriver`] (its own AF_XDP socket); all sockets
-//! share one UMEM, the pool's region. [`XskDevice::xmit`] picks the queue from the packet's
-//! flow hash, as `netdev_pick_tx` / `skb_tx_hash` do without XPS maps: one flow stays on one
-//! queue, so its packets stay in order.
+//! `net_device` with one `netdev_queue` per NIC queue. Each queue is a [`TxQueue`](qdisc::TxQueue)
+//! (its own qdisc, the lock-free xmit engine) over an [`XskDriver`] (its own AF_XDP socket); all
+//! sockets share one UMEM, the pool's region. [`XskDevice::xmit`] picks the queue from the packet's
+//! flow hash, as `netdev_pick_tx` / `skb_tx_hash` do without XPS maps: one flow stays on one queue,
+//! so its packets stay in order.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,11 +1,12 @@
 //! The frame pool's region as the UMEM (libxdp's `xsk_umem__create` over the caller's buffer):
-//! frame `i` of the pool is chunk `i` of the UMEM, so the address an [`Skb`] hands out with
-//! [`Skb::into_addr`] is the descriptor address, and [`Pool::skb_from_addr`] /
-//! [`Pool::skb_from_rx`] turn completion and RX addresses back into the same `Skb`, metadata
-//! and all.
+//! frame `i` of the pool is chunk `i` of the UMEM, so the address an [`Skb`](skb_pool::Skb) hands
+//! out with [`Skb::into_addr`](skb_pool::Skb::into_addr) is the descriptor address, and
+//! [`Pool::skb_from_addr`](skb_pool::Pool::skb_from_addr) /
+//! [`Pool::skb_from_rx`](skb_pool::Pool::skb_from_rx) turn completion and RX addresses back into
+//! the same `Skb`, metadata and all.
 //!
-//! [`PoolRegion`] holds a [`Pool`] clone, so the pool (and its mapping) outlives the UMEM and
-//! every socket bound with it.
+//! [`PoolRegion`] holds a [`Pool`](skb_pool::Pool) clone, so the pool (and its mapping) outlives
+//! the UMEM and every socket bound with it.
 
 use std::ptr::NonNull;
 
@@ -72,8 +73,9 @@ unsafe impl Sync for PoolRegion {}
 
 impl Umem {
     /// Registers `pool`'s region as a UMEM. `rx_headroom` bytes are left free in front of each
-    /// received packet, beyond the kernel's own [`XDP_PACKET_HEADROOM`](crate::XDP_PACKET_HEADROOM); TX packets start
-    /// wherever their `Skb`'s data starts (the pool's headroom).
+    /// received packet, beyond the kernel's own
+    /// [`XDP_PACKET_HEADROOM`](crate::XDP_PACKET_HEADROOM); TX packets start wherever their `Skb`'s
+    /// data starts (the pool's headroom).
     ///
     /// Must run in the network namespace of the interfaces it will be bound to.
     ///

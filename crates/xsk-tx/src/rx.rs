@@ -1,8 +1,8 @@
-//! [`XskRx`]: AF_XDP receive into pool frames — the fill ring is fed with frames allocated from
-//! the pool (`Skb::into_addr`), and each RX descriptor becomes the same frame's `Skb` again
-//! ([`Pool::skb_from_rx`]) with its data window set to the packet. Dropping that `Skb` on any
-//! thread returns the frame to the pool through its remote-free path, like a completed TX
-//! frame: the page_pool recycling of a NIC driver's RX path.
+//! [`XskRx`]: AF_XDP receive into pool frames — the fill ring is fed with frames allocated from the
+//! pool (`Skb::into_addr`), and each RX descriptor becomes the same frame's `Skb` again
+//! ([`Pool::skb_from_rx`](skb_pool::Pool::skb_from_rx)) with its data window set to the packet.
+//! Dropping that `Skb` on any thread returns the frame to the pool through its remote-free path,
+//! like a completed TX frame: the page_pool recycling of a NIC driver's RX path.
 
 use skb_pool::{Pool, PoolHandle, Skb};
 

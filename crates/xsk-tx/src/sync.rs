@@ -1,12 +1,13 @@
 //! The only place in this crate that names atomics and `UnsafeCell`.
 //!
-//! Under `--cfg lockless_loom` the types come from [loom] so that the model checker sees every
+//! Under `--cfg lockless_loom` the types come from loom so that the model checker sees every
 //! access to a ring's cursors and slots; otherwise they are the standard library's. The cfg is
 //! namespaced to this project so that building our loom models never flips a dependency into
 //! loom mode.
 //!
-//! [`Slot`] is a descriptor cell of a ring. Outside loom it is `#[repr(transparent)]` over the
-//! descriptor, so an array of slots can be laid over the kernel's mmapped descriptor array.
+//! [`Slot`](crate::sync::Slot) is a descriptor cell of a ring. Outside loom it is
+//! `#[repr(transparent)]` over the descriptor, so an array of slots can be laid over the kernel's
+//! mmapped descriptor array.
 
 #[cfg(lockless_loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, Ordering, fence};

@@ -4,9 +4,9 @@
 //! Packets whose `time_to_send` does not go backwards sit in an intrusive [`Fifo`] (O(1), no
 //! allocation); a packet stamped earlier than the tail goes to a per-flow ordered map, as the
 //! kernel puts it in the flow's rbtree, and `peek` takes whichever is earlier. The kernel keeps
-//! `time_to_send` and the band in `skb->cb`; here the head packet's ride in the flow itself and
-//! the others' in a ring ([`PktCb`]) that keeps its capacity while the flow lives, so
-//! steady-state queueing allocates nothing.
+//! `time_to_send` and the band in `skb->cb`; here the head packet's ride in the flow itself and the
+//! others' in a ring ([`PktCb`](crate::fq::flow::PktCb)) that keeps its capacity while the flow
+//! lives, so steady-state queueing allocates nothing.
 //!
 //! A flow is split in two for the cache. [`Flow`] holds what every enqueue and dequeue of an
 //! ordinary flow reads and writes, in one 64-byte line: the packet list, the head packet's

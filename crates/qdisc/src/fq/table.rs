@@ -1,12 +1,11 @@
 //! The flow table (`fq_root[]` and `fq_gc`): flows by key in an open-addressing index over a
 //! slab, plus the bookkeeping that lets garbage collection look only where the kernel looks.
 //!
-//! The kernel keeps flows in 2^`buckets_log` rbtrees, the bucket of a flow being
-//! `hash_ptr(sk, buckets_log)` of its key (`hash_64` with `GOLDEN_RATIO_64`), and before every
-//! lookup that is not on the fast path `fq_gc` frees at most [`GC_MAX`] detached flows whose
-//! age is more than `FQ_GC_AGE` (3·HZ jiffies) old, met on the search path in the looked-up
-//! bucket, never the flow being looked up. Here the same decision is made per bucket without
-//! trees:
+//! The kernel keeps flows in 2^`buckets_log` rbtrees, the bucket of a flow being `hash_ptr(sk,
+//! buckets_log)` of its key (`hash_64` with `GOLDEN_RATIO_64`), and before every lookup that is not
+//! on the fast path `fq_gc` frees at most [`GC_MAX`](crate::fq::table::GC_MAX) detached flows whose
+//! age is more than `FQ_GC_AGE` (3·HZ jiffies) old, met on the search path in the looked-up bucket,
+//! never the flow being looked up. Here the same decision is made per bucket without trees:
 //!
 //! - each detachment is recorded in one queue ordered by age (`age = jiffies | 1`); entries
 //!   made stale by a flow's reactivation are skipped, and the reactivation marks its entry
@@ -15,9 +14,9 @@
 //! - at a GC point, every entry whose flow has become a candidate (`time_after(jiffies, age +
 //!   FQ_GC_AGE)`, which stays true until the flow is used again) moves to its bucket's
 //!   candidate list, in age order (amortized O(1) per detachment);
-//! - then up to [`GC_MAX`] candidates of the looked-up bucket are freed, oldest detachment
-//!   first, skipping the flow being looked up. A flow that is used again leaves its bucket's
-//!   list at once.
+//! - then up to [`GC_MAX`](crate::fq::table::GC_MAX) candidates of the looked-up bucket are freed,
+//!   oldest detachment first, skipping the flow being looked up. A flow that is used again leaves
+//!   its bucket's list at once.
 //!
 //! So exactly the kernel's candidates of exactly the kernel's bucket are eligible, and at most
 //! eight go per lookup. Which eight, when a bucket holds more, differs: the kernel takes those

@@ -1,10 +1,13 @@
 //! The engine's unwind guards: values that hold packets (or the run role) across a call into a
 //! qdisc or a driver, so that a panic in either counts the packets it cost as
-//! [`DropReason::Panic`] and gives back a role it held. Every path that calls user code holds
-//! one; the conservation law (each packet sent, queued, or counted as a drop) rests on them.
+//! [`DropReason::Panic`](crate::DropReason::Panic) and gives back a role it held. Every path that
+//! calls user code holds one; the conservation law (each packet sent, queued, or counted as a drop)
+//! rests on them.
 //!
-//! Owns: [`RunRole`], [`InHand`], [`Dropped`], [`DriverCall`]. Must not: take locks or touch
-//! the qdisc; the role is given back through `TxQueue::release_role_after_panic` (`run.rs`).
+//! Owns: [`RunRole`](crate::xmit::guard::RunRole), [`InHand`](crate::xmit::guard::InHand),
+//! [`Dropped`](crate::xmit::guard::Dropped), [`DriverCall`](crate::xmit::guard::DriverCall). Must
+//! not: take locks or touch the qdisc; the role is given back through
+//! `TxQueue::release_role_after_panic` (`run.rs`).
 
 use llist_defer::Fifo;
 

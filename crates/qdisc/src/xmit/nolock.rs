@@ -5,10 +5,11 @@
 //! stranded. [`Strategy::NoLockNaive`](super::Strategy::NoLockNaive) skips MISSED, for the
 //! loom model that shows the 2021 "packet stuck" bug.
 //!
-//! Owns: the NoLock state bits ([`MISSED`], [`DRAINING`], [`BUSY`]), the seqlock's begin / end,
-//! `xmit_nolock` and the NoLock run loop. Outside this file only the shared exits write them:
-//! `transmit` sets `BUSY` for a stopped driver, `wake` clears it, a runner unwinding from a
-//! panic sets `MISSED` and frees the seqlock (`run.rs`), and `with_driver` takes the seqlock
+//! Owns: the NoLock state bits ([`MISSED`](crate::xmit::nolock::MISSED),
+//! [`DRAINING`](crate::xmit::nolock::DRAINING), [`BUSY`](crate::xmit::nolock::BUSY)), the seqlock's
+//! begin / end, `xmit_nolock` and the NoLock run loop. Outside this file only the shared exits
+//! write them: `transmit` sets `BUSY` for a stopped driver, `wake` clears it, a runner unwinding
+//! from a panic sets `MISSED` and frees the seqlock (`run.rs`), and `with_driver` takes the seqlock
 //! (`queue.rs`). Must not: touch the defer list or `running` (the locked strategies' role).
 
 use llist_defer::Fifo;

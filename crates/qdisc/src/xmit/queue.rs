@@ -4,13 +4,13 @@
 //! in one place (xmit, xmit_bulk with its [`BulkVerdict`], poll / wake, deactivate / activate,
 //! replace / change the qdisc, the driver, statistics).
 //!
-//! Owns: the queue's fields and what the root lock guards ([`Root`]), the dispatch of a packet
-//! to its strategy, and the control calls. Must not: carry a strategy's protocol (`defer.rs`,
-//! `busylock.rs`, `nolock.rs`), the run loop (`run.rs`) or the unwind guards (`guard.rs`).
-//! The control calls take the root lock and call into those, with three exceptions that are
-//! the kernel's own: `wake` clears the driver's `BUSY` bit (`netif_tx_wake_queue`),
-//! `deactivate` takes the defer list whole under the root lock to drop it, and `with_driver`
-//! takes the NoLock run role (the seqlock) as a runner would.
+//! Owns: the queue's fields and what the root lock guards ([`Root`](crate::xmit::queue::Root)), the
+//! dispatch of a packet to its strategy, and the control calls. Must not: carry a strategy's
+//! protocol (`defer.rs`, `busylock.rs`, `nolock.rs`), the run loop (`run.rs`) or the unwind guards
+//! (`guard.rs`). The control calls take the root lock and call into those, with three exceptions
+//! that are the kernel's own: `wake` clears the driver's `BUSY` bit (`netif_tx_wake_queue`),
+//! `deactivate` takes the defer list whole under the root lock to drop it, and `with_driver` takes
+//! the NoLock run role (the seqlock) as a runner would.
 //!
 //! Who may do what:
 //! - the **root lock** guards the qdisc, the requeue list (`gso_skb`), `running` and
@@ -107,9 +107,10 @@ pub struct TxQueue<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
     pub(super) seqlock: CachePadded<AtomicBool>,
     /// MISSED / DRAINING / SCHED bits.
     pub(super) state: CachePadded<AtomicU32>,
-    /// The run role of the locked strategies (`q->running`, bit [`RUNNING`]) and, for
-    /// DeferList, [`PENDING`]: "a first pusher left its batch to the runner". Taken only under
-    /// the root lock; see [`TxQueue::run`] for the hand-off.
+    /// The run role of the locked strategies (`q->running`, bit
+    /// [`RUNNING`](crate::xmit::run::RUNNING)) and, for DeferList,
+    /// [`PENDING`](crate::xmit::run::PENDING): "a first pusher left its batch to the runner". Taken
+    /// only under the root lock; see [`TxQueue::run`] for the hand-off.
     pub(super) running: CachePadded<AtomicU32>,
     /// Under loom only: a bypass holds the driver (checked by `driver_mut`).
     #[cfg(lockless_loom)]
@@ -234,20 +235,20 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// caller that holds several packets at once (an RX burst, a vector of frames), as DPDK's
     /// `rte_eth_tx_burst` does and the kernel's `dev_queue_xmit` does not.
     ///
-    /// With [`Strategy::DeferList`] a batch costs about what one packet does: when nobody runs
-    /// the queue and the qdisc is empty and takes the batch whole
-    /// ([`Qdisc::can_bypass_batch`], with `batch_bypass` on) it goes to the driver in one call
-    /// under the root lock; otherwise one CAS pushes it onto the defer list
+    /// With [`Strategy::DeferList`] a batch costs about what one packet does: when nobody runs the
+    /// queue and the qdisc is empty and takes the batch whole ([`Qdisc::can_bypass_batch`], with
+    /// `batch_bypass` on) it goes to the driver in one call under the root lock; otherwise one CAS
+    /// pushes it onto the defer list
     /// ([`DeferList::push_batch`](llist_defer::DeferList::push_batch): counted by its length
     /// against the burst limit, refused whole past it) and the first pusher drains as usual. A
-    /// batch refused under [`Overflow::Wait`](super::Overflow::Wait) goes packet by packet, each waiting for room. A
-    /// burst of at least [`self_send_burst`](TxQueueBuilder::self_send_burst) packets (16 by
-    /// default) does not push: its producer waits for the root lock and sends it itself, from
-    /// its own cache, as a mutex user would (under contention a runner on another core would
-    /// otherwise read every packet and free every frame remotely). With
-    /// [`Strategy::BusyLock`] the burst takes the busylock and the root lock once and goes to
-    /// the qdisc in one [`Qdisc::enqueue_batch`] (or bypasses it whole). The NoLock strategies
-    /// send the packets one by one through `xmit`'s path, as the kernel would.
+    /// batch refused under [`Overflow::Wait`](super::Overflow::Wait) goes packet by packet, each
+    /// waiting for room. A burst of at least [`self_send_burst`](TxQueueBuilder::self_send_burst)
+    /// packets (16 by default) does not push: its producer waits for the root lock and sends it
+    /// itself, from its own cache, as a mutex user would (under contention a runner on another core
+    /// would otherwise read every packet and free every frame remotely). With
+    /// [`Strategy::BusyLock`] the burst takes the busylock and the root lock once and goes to the
+    /// qdisc in one [`Qdisc::enqueue_batch`] (or bypasses it whole). The NoLock strategies send the
+    /// packets one by one through `xmit`'s path, as the kernel would.
     ///
     /// The packets keep their order, among themselves and after this thread's earlier calls.
     /// Allocation-free: the packets are linked through their own links.

@@ -1,15 +1,16 @@
 //! The run loop of the locked strategies (`__qdisc_run` / `qdisc_restart` / `dequeue_skb` /
-//! `sch_direct_xmit` / `dev_requeue_skb` in `sch_generic.c`) and what every runner shares: the
-//! run role (`running`: [`RUNNING`], [`PENDING`]), the enqueue of a batch under the root lock,
-//! the dequeue of a batch for the driver, the driver call with its counters, and giving the
-//! role back after a panic.
+//! `sch_direct_xmit` / `dev_requeue_skb` in `sch_generic.c`) and what every runner shares: the run
+//! role (`running`: [`RUNNING`](crate::xmit::run::RUNNING),
+//! [`PENDING`](crate::xmit::run::PENDING)), the enqueue of a batch under the root lock, the dequeue
+//! of a batch for the driver, the driver call with its counters, and giving the role back after a
+//! panic.
 //!
-//! Owns: `run`, `run_begin_locked`, `enqueue_all`, `dequeue_batch`, `transmit`, `driver_mut`
-//! (the one place that reaches the driver) and the reschedule bit [`SCHED`]. Must not: push to
-//! or take from the defer list except through `absorb_defer_list` (`defer.rs`), nor run the
-//! NoLock handshake (`nolock.rs`). Two shared exits touch the NoLock bits for every runner: a
-//! driver call that reports the queue stopped sets `BUSY`, and a runner unwinding from a panic
-//! gives its role back (NoLock: `MISSED` set and the seqlock freed; DeferList: the batch a
+//! Owns: `run`, `run_begin_locked`, `enqueue_all`, `dequeue_batch`, `transmit`, `driver_mut` (the
+//! one place that reaches the driver) and the reschedule bit [`SCHED`](crate::xmit::run::SCHED).
+//! Must not: push to or take from the defer list except through `absorb_defer_list` (`defer.rs`),
+//! nor run the NoLock handshake (`nolock.rs`). Two shared exits touch the NoLock bits for every
+//! runner: a driver call that reports the queue stopped sets `BUSY`, and a runner unwinding from a
+//! panic gives its role back (NoLock: `MISSED` set and the seqlock freed; DeferList: the batch a
 //! first pusher left to it dropped and counted, since nobody else would take it).
 
 use llist_defer::Fifo;
@@ -217,7 +218,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     }
 
     /// `dequeue_skb`: requeued packets first, then the qdisc, at most `max` in `batch`; with
-    /// `qdisc_batch` on, the qdisc's share through [`dequeue_qdisc_batch`](Self::dequeue_qdisc_batch).
+    /// `qdisc_batch` on, the qdisc's share through
+    /// [`dequeue_qdisc_batch`](Self::dequeue_qdisc_batch).
     #[inline]
     pub(super) fn dequeue_batch(&self, root: &mut Root<P, Q>, batch: &mut Fifo<P>, max: usize) {
         while batch.len() < max {
