@@ -470,6 +470,7 @@ impl PerCpuState {
         }
     }
 
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
     #[cold]
     #[inline(never)]
     fn count_abort(&self) {

@@ -200,7 +200,7 @@ impl Region {
 
     /// Pointer to the first byte of frame `index`: the layout the side array's chunk headers
     /// compute from an entry's address instead (checked against this in the tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(lockless_loom)))]
     pub(crate) fn frame_ptr(&self, index: u32) -> *mut u8 {
         // SAFETY (arithmetic only): index < frame_count, so the offset stays inside the mapping.
         self.base
