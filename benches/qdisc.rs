@@ -442,22 +442,28 @@ impl MemBound {
                 }
                 pos = (pos + 1) & (self.index.len() - 1);
             },
-            BoundIndex::Slots => loop {
-                let s = self.slots[pos] as usize;
-                if self.flows.get(s).is_some_and(|f| f.id == id) {
-                    return s;
-                }
-                pos = (pos + 1) & (self.slots.len() - 1);
-            },
-            BoundIndex::Slots8 => loop {
-                let e = self.slots8[pos];
-                let s = (e as u32) as usize;
-                if self.flows.get(s).is_some_and(|f| f.id == id) {
-                    return s;
-                }
-                pos = (pos + 1) & (self.slots8.len() - 1);
-            },
+            BoundIndex::Slots => self.probe_slots(&self.slots, pos, id, |s| s),
+            BoundIndex::Slots8 => self.probe_slots(&self.slots8, pos, id, |e| e as u32),
             BoundIndex::None => id as usize,
+        }
+    }
+
+    /// Linear probing from `pos` over an index of slot numbers (`slot_of` reads one from an
+    /// entry), the key compared in the flow's line: the slot of flow `id` (it exists).
+    #[inline]
+    fn probe_slots<E: Copy>(
+        &self,
+        table: &[E],
+        mut pos: usize,
+        id: u64,
+        slot_of: impl Fn(E) -> u32,
+    ) -> usize {
+        loop {
+            let s = slot_of(table[pos]) as usize;
+            if self.flows.get(s).is_some_and(|f| f.id == id) {
+                return s;
+            }
+            pos = (pos + 1) & (table.len() - 1);
         }
     }
 
