@@ -9,6 +9,9 @@
 //! - `mutex_pool`: a global pool of 4096 buffers in a `Mutex<Vec<_>>`;
 //! - `handoff_bound` (pipeline only): no allocator, the bound they all share: each producer's
 //!   fixed buffers come back to it through its own `ArrayQueue` (see [`Circulate`]);
+//! - `shuffled_bound` (pipeline only, per-CPU table): the same circulation with each producer's
+//!   buffers in a fixed pseudo-random order instead of address order (see [`ShuffledBound`]):
+//!   what the bound is worth to a pool whose frames come back in no particular order;
 //! - `meta_bound` (pipeline only, per-CPU table): the same circulation plus each buffer's
 //!   metadata line beside the slab, written by the producer and read and written by the
 //!   consumer: the bound of any pool that keeps its metadata out of the frames (see
@@ -437,6 +440,32 @@ impl Slab {
     fn bufs(&self) -> impl Iterator<Item = usize> + '_ {
         (0..POOL_FRAMES).map(|i| self.0 as usize + i * BUF)
     }
+
+    /// The buffers in address order, or (`shuffled`) with each run of `share` buffers in a
+    /// fixed pseudo-random permutation (Fisher–Yates, xorshift64 from a fixed seed: every run
+    /// gets the same order).
+    fn bufs_ordered(&self, shuffled: bool, share: usize) -> Vec<usize> {
+        let mut bufs: Vec<usize> = self.bufs().collect();
+        if shuffled {
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+            for run in bufs.chunks_mut(share) {
+                for i in (1..run.len()).rev() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    run.swap(i, (x % (i as u64 + 1)) as usize);
+                }
+            }
+        }
+        bufs
+    }
+}
+
+/// `SKB_BENCH_SHUFFLE=1`: the fixed-buffer strategies of the round-robin table (the
+/// `ArrayQueue` and mutex pools, the handoff bound) start from a shuffled buffer order (see
+/// [`ShuffledBound`] for why order matters).
+fn shuffle_fixed() -> bool {
+    std::env::var("SKB_BENCH_SHUFFLE").is_ok_and(|v| v == "1")
 }
 
 /// Takes a buffer from `q`, backing off (spin, then yield) while it is empty.
@@ -543,11 +572,18 @@ struct Circulate {
 
 impl Circulate {
     fn new() -> Circulate {
+        Circulate::with_order(false)
+    }
+
+    /// Each slot's buffers queued in address order, or (`shuffled`) in a fixed pseudo-random
+    /// permutation of it; the circulation is FIFO, so the first order is kept for good.
+    fn with_order(shuffled: bool) -> Circulate {
         let slab = Slab::new();
         let slots: Vec<ArrayQueue<usize>> = (0..CIRCULATE_SLOTS)
             .map(|_| ArrayQueue::new(CIRCULATE_PER_SLOT))
             .collect();
-        for (i, b) in slab.bufs().enumerate() {
+        let bufs = slab.bufs_ordered(shuffled, CIRCULATE_PER_SLOT);
+        for (i, &b) in bufs.iter().enumerate() {
             slots[i / CIRCULATE_PER_SLOT].push(b).unwrap();
         }
         Circulate {
@@ -600,6 +636,38 @@ impl Strategy for Circulate {
         let s = read_raw(token as *const u8);
         self.free(l, token);
         s
+    }
+}
+
+/// [`Circulate`] with each producer's buffers in a fixed pseudo-random order. The plain bound
+/// hands its buffers out in address order, lap after lap, so each thread touches the next
+/// buffer's line at a fixed stride from the last one, and the hardware prefetcher fetches the
+/// lines ahead of use (from the core that wrote them last). A pool whose free frames pass
+/// through LIFO caches and batched defer lists (ours, mimalloc) does not keep address order,
+/// and then that help is gone: this is the same circulation without it. (A single FIFO ring of
+/// fixed buffers keeps it: the `ArrayQueue` pool; `SKB_BENCH_SHUFFLE=1` shows what it is worth
+/// there.)
+struct ShuffledBound(Circulate);
+
+impl Strategy for ShuffledBound {
+    const NAME: &'static str = "shuffled_bound";
+    type Local = ();
+    fn local(&self) {}
+    #[inline]
+    fn alloc(&self, l: &mut ()) -> usize {
+        self.0.alloc(l)
+    }
+    #[inline]
+    fn free(&self, l: &mut (), token: usize) {
+        self.0.free(l, token)
+    }
+    #[inline]
+    fn produce(&self, l: &mut (), v: u8) -> usize {
+        self.0.produce(l, v)
+    }
+    #[inline]
+    fn consume(&self, l: &mut (), token: usize) -> u64 {
+        self.0.consume(l, token)
     }
 }
 
@@ -917,7 +985,7 @@ fn skb_pool_owners(max_owners: usize) -> SkbPool {
 fn arrayqueue_pool() -> ArrayQueuePool {
     let slab = Slab::new();
     let q = ArrayQueue::new(POOL_FRAMES);
-    for b in slab.bufs() {
+    for b in slab.bufs_ordered(shuffle_fixed(), POOL_FRAMES) {
         q.push(b).unwrap();
     }
     ArrayQueuePool(q, slab)
@@ -925,7 +993,7 @@ fn arrayqueue_pool() -> ArrayQueuePool {
 
 fn mutex_pool() -> MutexPool {
     let slab = Slab::new();
-    let v = Mutex::new(slab.bufs().collect());
+    let v = Mutex::new(slab.bufs_ordered(shuffle_fixed(), POOL_FRAMES));
     MutexPool(v, slab)
 }
 
@@ -959,7 +1027,8 @@ fn runner<S: Strategy>(s: S) -> (&'static str, Runner) {
 /// processes falls on all of them alike. Prints each strategy's median rate over the rounds
 /// (million buffers/s) with its CPU ns per buffer over all rounds, the medians of the
 /// in-round ratios of our pool to mimalloc and to the `ArrayQueue` pool, and the overflow
-/// share over all rounds. `SKB_BENCH_ONLY=pipeline` (or `local`) runs one pattern.
+/// share over all rounds. `SKB_BENCH_ONLY=pipeline` (or `local`) runs one pattern;
+/// `SKB_BENCH_SHUFFLE=1` starts the fixed-buffer strategies from a shuffled order.
 fn interleaved(rounds: usize) {
     let strategies = [
         runner(skb_pool()),
@@ -967,7 +1036,7 @@ fn interleaved(rounds: usize) {
         runner(BoxSystem),
         runner(arrayqueue_pool()),
         runner(mutex_pool()),
-        runner(Circulate::new()),
+        runner(Circulate::with_order(shuffle_fixed())),
     ];
     println!(
         "interleaved: {rounds} rounds, queue {} slots, defer_max {}",
@@ -1162,9 +1231,9 @@ fn percpu_threads() -> Vec<usize> {
 /// `SKB_BENCH_ONLY=percpu SKB_BENCH_ROUNDS=N`: the per-CPU caches beside the per-owner handle:
 /// `local` and `local_bulk` at P = 1..32 (per-CPU rseq, per-CPU locked, per-owner handle,
 /// mimalloc), the pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff
-/// bound), and the stranding pattern's failures for both pools (`SKB_BENCH_PERCPU=local`: the
-/// two `local` tables alone; `SKB_BENCH_PERCPU=pipeline`: all but them). Same-run ratios are
-/// medians of in-round ratios. Each row ends with what the cross-core probe
+/// bound, the meta bound and the shuffled bound), and the stranding pattern's failures for both
+/// pools (`SKB_BENCH_PERCPU=local`: the two `local` tables alone; `SKB_BENCH_PERCPU=pipeline`:
+/// all but them). Same-run ratios are medians of in-round ratios. Each row ends with what the cross-core probe
 /// ([`lockless_xmit::pingpong::probe`]) read before its rounds: the machine's state.
 fn percpu_table(rounds: usize) {
     let local = [
@@ -1209,27 +1278,30 @@ fn percpu_table(rounds: usize) {
         runner(Mimalloc),
         runner(Circulate::new()),
         runner(MetaBound::new()),
+        runner(ShuffledBound(Circulate::with_order(true))),
     ];
     println!(
-        "| pipeline P | per-CPU rseq | per-owner | mimalloc | bound | meta bound | rseq/bound | owner/bound | rseq/meta bound | owner/meta bound | meta bound/bound | rseq/mimalloc | owner/mimalloc | ping-pong ns |"
+        "| pipeline P | per-CPU rseq | per-owner | mimalloc | bound | meta bound | shuffled bound | rseq/bound | owner/bound | meta bound/bound | shuffled/bound | rseq/shuffled | owner/shuffled | rseq/mimalloc | owner/mimalloc | ping-pong ns |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let slice = env_usize("SKB_BENCH_PIPE_SLICE").unwrap_or(300_000) as u64;
     for p in PRODUCERS {
         let state = state_before();
         let r = rotate(&pipe, rounds, "pipeline", p, slice);
         println!(
-            "| {p} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {state} |",
+            "| {p} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {state} |",
             median(&r[0]),
             median(&r[1]),
             median(&r[2]),
             median(&r[3]),
             median(&r[4]),
+            median(&r[5]),
             ratio(&r, 0, 3),
             ratio(&r, 1, 3),
-            ratio(&r, 0, 4),
-            ratio(&r, 1, 4),
             ratio(&r, 4, 3),
+            ratio(&r, 5, 3),
+            ratio(&r, 0, 5),
+            ratio(&r, 1, 5),
             ratio(&r, 0, 2),
             ratio(&r, 1, 2)
         );
