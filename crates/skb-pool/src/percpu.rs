@@ -695,8 +695,8 @@ impl PoolInner {
     #[inline(never)]
     fn drain_cpu(&self, cpu: usize) {
         self.percpu.counters.drains.add(1);
-        // Oldest batch first, so that the most recently freed frames end on top.
-        let heads = self.percpu.slots[cpu].drain().reverse();
+        // Newest batch first, so that the oldest frame freed ends on top (see `refill`).
+        let heads = self.percpu.slots[cpu].drain();
         for head in heads {
             // SAFETY: a CPU's defer list holds only packed heads of this pool, taken whole.
             unsafe { self.stash_packed(head, false) };
@@ -760,11 +760,16 @@ impl PoolInner {
         let pc = &self.percpu;
         pc.counters.refills.add(1);
         if let Some(s) = pc.slots.get(cpu) {
-            // Oldest batch first, so that the most recently freed frames end on top, and
-            // the most recent of all is the one returned.
-            let mut heads = s.drain().reverse();
-            while let Some(head) = heads.pop_front() {
-                let last = heads.is_empty();
+            // Frames sent home come back in the order they were freed: newest batch first
+            // (as the list holds them), each pushed newest frame first, the oldest of all
+            // returned. Their lines are in another core's cache, so no order is hotter here;
+            // this one keeps the circulation in the order frames were handed out, and a pool
+            // handing out frames at a fixed stride lets the hardware prefetcher fetch the next
+            // frame's lines, on both cores, ahead of use (the skb_pool bench's pipeline:
+            // LIFO here scrambled the order every lap).
+            let mut heads = s.drain().peekable();
+            while let Some(head) = heads.next() {
+                let last = heads.peek().is_none();
                 // SAFETY: a CPU's defer list holds only packed heads of this pool, taken
                 // whole.
                 let got = unsafe { self.stash_packed(head, last) };
@@ -782,10 +787,17 @@ impl PoolInner {
             let mut depot = self.depot.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(mut batch) = depot.pop() {
                 let want = pc.cap.div_ceil(2) + 1;
-                while got.len() < want {
-                    let Some(f) = batch.pop_front() else { break };
+                // The first frame is returned, the rest stashed last first: the cache hands
+                // them out in the depot's order (address order, for a fresh pool).
+                if let Some(f) = batch.pop_front() {
                     got.push_back(f);
                 }
+                let mut rest = Fifo::new();
+                while rest.len() + 1 < want {
+                    let Some(f) = batch.pop_front() else { break };
+                    rest.push_front(f);
+                }
+                got.append(&mut rest);
                 if !batch.is_empty() {
                     depot.push(batch);
                 }
@@ -809,8 +821,8 @@ impl PoolInner {
     }
 
     /// Puts the frames of the packed batch at `head` (free, carrying no references) into this
-    /// CPU's cache, in the order they were freed (the latest on top), but the last one if
-    /// `keep_last`, which it returns; in an rseq pool with one critical section per batch,
+    /// CPU's cache so that it hands them out in the order they were freed (the oldest on top),
+    /// but the oldest one if `keep_last`, which it returns; in an rseq pool with one critical section per batch,
     /// else (and for what does not fit) through [`stash`].
     ///
     /// # Safety
@@ -822,6 +834,8 @@ impl PoolInner {
         let mut addr = [0usize; packed::MAX_PACK];
         // SAFETY: forwarded contract.
         let n = unsafe { packed::unpack(head, &mut addr) };
+        // Newest first: the last one pushed (or kept) is the oldest.
+        addr[..n].reverse();
         let m = n - usize::from(keep_last);
         let pushed = self.percpu.try_push_bulk(None, &addr[..m], PUSH_SPARE);
         if pushed < m {

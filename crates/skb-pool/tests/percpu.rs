@@ -144,6 +144,42 @@ fn remote_free_goes_to_the_home_defer_list_kicks_at_half_and_drains_on_the_next_
 }
 
 #[test]
+fn frames_sent_home_come_back_in_the_order_they_were_freed() {
+    for mode in modes() {
+        // Room for everything: a 256-frame cache on each CPU, three remote batches of 16
+        // (defer_max / 4), kicked past 32 deferred.
+        let pool = pool_deferring(mode, 1024, 256, 64);
+        let mut skbs: Vec<Option<Skb>> =
+            on_cpu(0, || (0..48).map(|_| Some(pool.alloc().unwrap())).collect());
+        // Freed on CPU 1 in a scrambled order (7 is coprime with 48: each frame once).
+        let order: Vec<usize> = (0..48).map(|i| i * 7 % 48).collect();
+        let freed: Vec<u64> = order
+            .iter()
+            .map(|&i| skbs[i].as_ref().unwrap().frame_addr())
+            .collect();
+        on_cpu(1, || {
+            for &i in &order {
+                drop(skbs[i].take());
+            }
+        });
+        assert_eq!(pool.per_cpu_stats().cpus[0].deferred, 48, "{mode:?}");
+        // The next allocation on CPU 0 notices the kick and drains the list into the cache
+        // (it may itself take a frame the cache held); from then on the cache hands the frames
+        // out oldest free first, so the pool's circulation keeps the order frames were handed
+        // out in (percpu.rs, `refill`). A LIFO refill would hand them out newest first.
+        let again: Vec<Skb> = on_cpu(0, || (0..64).map(|_| pool.alloc().unwrap()).collect());
+        let got: Vec<u64> = again
+            .iter()
+            .map(Skb::frame_addr)
+            .filter(|a| freed.contains(a))
+            .collect();
+        assert_eq!(got, freed, "{mode:?}");
+        drop(again);
+        assert_eq!(pool.stats().free, 1024, "{mode:?}");
+    }
+}
+
+#[test]
 fn an_allocator_drains_the_defer_list_of_a_cpu_nobody_allocates_on() {
     for mode in modes() {
         // 8 frames, 2 CPUs: per-CPU caches of at most 8 / 4 = 2 frames.
