@@ -642,11 +642,11 @@ impl Strategy for Circulate {
 /// [`Circulate`] with each producer's buffers in a fixed pseudo-random order. The plain bound
 /// hands its buffers out in address order, lap after lap, so each thread touches the next
 /// buffer's line at a fixed stride from the last one, and the hardware prefetcher fetches the
-/// lines ahead of use (from the core that wrote them last). A pool whose free frames pass
-/// through LIFO caches and batched defer lists (ours, mimalloc) does not keep address order,
-/// and then that help is gone: this is the same circulation without it. (A single FIFO ring of
-/// fixed buffers keeps it: the `ArrayQueue` pool; `SKB_BENCH_SHUFFLE=1` shows what it is worth
-/// there.)
+/// lines ahead of use (from the core that wrote them last). A pool keeps that help only if its
+/// free frames come back in the order they left (our per-CPU refill and the handles' batches
+/// do; LIFO free lists scramble it), and only as far as its own frames started in address
+/// order: this is the same circulation without it. (A single FIFO ring of fixed buffers keeps
+/// the order: the `ArrayQueue` pool; `SKB_BENCH_SHUFFLE=1` shows what it is worth there.)
 struct ShuffledBound(Circulate);
 
 impl Strategy for ShuffledBound {
