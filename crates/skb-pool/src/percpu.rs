@@ -26,8 +26,12 @@
 //! overflow list, with an atomic pool reference. An allocation whose cache is dry refills from,
 //! in order: its CPU's defer list, the overflow list, the depot (half a cache per batch), the
 //! defer lists of other CPUs (so frames sent home to a CPU nobody allocates on any more are not
-//! stranded; one probe per CPU per call), and vacant owner slots. A push to a full cache first
-//! flushes half of it to the depot (DPDK's hysteresis). A CPU's cache holds at most
+//! stranded; one probe per CPU per call), and vacant owner slots. Frames from the defer list
+//! and the depot go into the cache so that it hands them out in the order they were freed (or
+//! sat in the depot): a frame freed here is pushed on top (its lines are hot here), but a
+//! frame sent home is hot on another core, and keeping the order in which frames circulate
+//! keeps a producer's frames at a fixed stride, which the hardware prefetcher follows. A push
+//! to a full cache first flushes half of it to the depot (DPDK's hysteresis). A CPU's cache holds at most
 //! `min(cache_max, frame_count / (2 × cpus))` frames, so the caches together never hold more
 //! than half the pool: a frame in a cache is reachable only from its CPU.
 //!
