@@ -1233,8 +1233,9 @@ fn percpu_threads() -> Vec<usize> {
 /// mimalloc), the pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff
 /// bound, the meta bound and the shuffled bound), and the stranding pattern's failures for both
 /// pools (`SKB_BENCH_PERCPU=local`: the two `local` tables alone; `SKB_BENCH_PERCPU=pipeline`:
-/// all but them). Same-run ratios are medians of in-round ratios. Each row ends with what the cross-core probe
-/// ([`lockless_xmit::pingpong::probe`]) read before its rounds: the machine's state.
+/// all but them). Same-run ratios are medians of in-round ratios. Each row ends with what the
+/// cross-core probe ([`lockless_xmit::pingpong::probe`]) read before its rounds: the machine's
+/// state.
 fn percpu_table(rounds: usize) {
     let local = [
         runner(PerCpuPool::<false>::new()),

@@ -32,8 +32,8 @@ pub const PRIO2BAND: [u8; 16] = [1, 2, 2, 2, 1, 2, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]
 /// ```
 /// use qdisc::{PfifoFast, TestPacket};
 ///
-/// assert!(PfifoFast::<TestPacket>::builder().tx_queue_len(0).build::<TestPacket>().is_err()); let
-/// q: PfifoFast<TestPacket> = PfifoFast::<TestPacket>::builder().tx_queue_len(64).build().unwrap();
+/// assert!(PfifoFast::<TestPacket>::builder().tx_queue_len(0).build::<TestPacket>().is_err());
+/// let q: PfifoFast<TestPacket> = PfifoFast::<TestPacket>::builder().tx_queue_len(64).build().unwrap();
 /// assert_eq!(q.band_capacity(), 64);
 /// ```
 #[derive(Debug, Clone)]

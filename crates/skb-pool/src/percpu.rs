@@ -31,9 +31,9 @@
 //! sat in the depot): a frame freed here is pushed on top (its lines are hot here), but a
 //! frame sent home is hot on another core, and keeping the order in which frames circulate
 //! keeps a producer's frames at a fixed stride, which the hardware prefetcher follows. A push
-//! to a full cache first flushes half of it to the depot (DPDK's hysteresis). A CPU's cache holds at most
-//! `min(cache_max, frame_count / (2 × cpus))` frames, so the caches together never hold more
-//! than half the pool: a frame in a cache is reachable only from its CPU.
+//! to a full cache first flushes half of it to the depot (DPDK's hysteresis). A CPU's cache
+//! holds at most `min(cache_max, frame_count / (2 × cpus))` frames, so the caches together
+//! never hold more than half the pool: a frame in a cache is reachable only from its CPU.
 //!
 //! # References
 //!
@@ -826,8 +826,8 @@ impl PoolInner {
 
     /// Puts the frames of the packed batch at `head` (free, carrying no references) into this
     /// CPU's cache so that it hands them out in the order they were freed (the oldest on top),
-    /// but the oldest one if `keep_last`, which it returns; in an rseq pool with one critical section per batch,
-    /// else (and for what does not fit) through [`stash`].
+    /// but the oldest one if `keep_last`, which it returns; in an rseq pool with one critical
+    /// section per batch, else (and for what does not fit) through [`stash`].
     ///
     /// # Safety
     ///

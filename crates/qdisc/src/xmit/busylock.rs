@@ -1,8 +1,8 @@
 //! The [`Strategy::BusyLock`](super::Strategy::BusyLock) protocol: `__dev_xmit_skb` before
 //! 2025. A producer that finds the qdisc running first takes the busylock (so that at most one
-//!   waiter contends with the runner for the root lock), then the root lock, and enqueues its
-//!   packet, or its whole burst in one [`Qdisc::enqueue_batch`](crate::Qdisc::enqueue_batch)
-//!   (`xmit_bulk`); it runs the qdisc if nobody does.
+//! waiter contends with the runner for the root lock), then the root lock, and enqueues its
+//! packet, or its whole burst in one [`Qdisc::enqueue_batch`](crate::Qdisc::enqueue_batch)
+//! (`xmit_bulk`); it runs the qdisc if nobody does.
 //!
 //! Owns: `xmit_busylock`, `xmit_busylock_batch` and the send both make. Must not: touch the defer
 //! list or the NoLock state bits; runs the qdisc only through `run` (`run.rs`).
