@@ -135,15 +135,18 @@ pub(crate) struct PerCpuState {
     /// Each CPU's outgoing batch of remote frees.
     out: Box<[CachePadded<Outgoing>]>,
     dying: CachePadded<AtomicBool>,
-    aborts: AtomicUsize,
-    shared: AtomicUsize,
-    /// Slow-path counters ([`PerCpuStats`]).
-    counters: CachePadded<Counters>,
+    /// Slow-path counters ([`PerCpuStats`]), one set per CPU and one for threads past the
+    /// table: a thread counts on its CPU's line, so counting costs no cross-core transfer
+    /// (one shared set bounced between the allocating and the freeing core at every refill
+    /// and every batch sent home).
+    counters: Box<[CachePadded<Counters>]>,
 }
 
 /// What the slow paths did, for [`PerCpuStats`].
 #[derive(Debug, Default)]
 struct Counters {
+    aborts: Counter,
+    shared: Counter,
     refills: Counter,
     drains: Counter,
     flushes: Counter,
@@ -283,9 +286,9 @@ impl PerCpuState {
                 .map(|_| CachePadded::new(Outgoing::new(batch)))
                 .collect(),
             dying: CachePadded::new(AtomicBool::new(false)),
-            aborts: AtomicUsize::new(0),
-            shared: AtomicUsize::new(0),
-            counters: CachePadded::new(Counters::default()),
+            counters: (0..=cpus)
+                .map(|_| CachePadded::new(Counters::default()))
+                .collect(),
         }
     }
 
@@ -342,9 +345,7 @@ impl PerCpuState {
                 Status::Refused => return Res::Refused(cpu),
                 Status::Dying => return Res::NoCache,
                 Status::WrongCpu => {}
-                Status::Abort => {
-                    self.aborts.fetch_add(1, Ordering::Relaxed);
-                }
+                Status::Abort => self.counters_at(cpu as usize).aborts.add(1),
             }
         }
     }
@@ -478,15 +479,28 @@ impl PerCpuState {
     #[cold]
     #[inline(never)]
     fn count_abort(&self) {
-        self.aborts.fetch_add(1, Ordering::Relaxed);
+        self.counters().aborts.add(1);
     }
 
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
     #[cold]
     #[inline(never)]
     fn count_bulk_abort(&self) {
-        self.count_abort();
-        self.counters.bulk_aborts.add(1);
+        let c = self.counters();
+        c.aborts.add(1);
+        c.bulk_aborts.add(1);
+    }
+
+    /// The counters of CPU `cpu` (those past the table for a CPU past it).
+    #[inline]
+    fn counters_at(&self, cpu: usize) -> &Counters {
+        &self.counters[cpu.min(self.counters.len() - 1)]
+    }
+
+    /// The counters of the CPU the calling thread runs on.
+    #[inline]
+    fn counters(&self) -> &Counters {
+        self.counters_at(self.cpu_now().map_or(usize::MAX, |c| c as usize))
     }
 
     /// The CPU the calling thread runs on, as this pool's mode reads it.
@@ -586,6 +600,11 @@ impl PerCpuState {
         )
     }
 
+    /// One counter summed over every CPU's set.
+    fn sum(&self, which: impl Fn(&Counters) -> &Counter) -> u64 {
+        self.counters.iter().map(|c| which(c).get()).sum()
+    }
+
     /// The per-CPU snapshot (counts read without stopping anyone: approximate under load).
     pub(crate) fn stats(&self, depot: usize) -> PerCpuStats {
         PerCpuStats {
@@ -604,16 +623,16 @@ impl PerCpuState {
                 })
                 .collect(),
             depot,
-            aborts: self.aborts.load(Ordering::Relaxed) as u64,
-            bulk_aborts: self.counters.bulk_aborts.get(),
-            shared_path: self.shared.load(Ordering::Relaxed) as u64,
-            refills: self.counters.refills.get(),
-            drains: self.counters.drains.get(),
-            flushes: self.counters.flushes.get(),
-            remote_frees: self.counters.remote_frees.get()
+            aborts: self.sum(|c| &c.aborts),
+            bulk_aborts: self.sum(|c| &c.bulk_aborts),
+            shared_path: self.sum(|c| &c.shared),
+            refills: self.sum(|c| &c.refills),
+            drains: self.sum(|c| &c.drains),
+            flushes: self.sum(|c| &c.flushes),
+            remote_frees: self.sum(|c| &c.remote_frees)
                 + self.out.iter().map(|o| o.added()).sum::<u64>(),
-            sends: self.counters.sends.get(),
-            exhausted: self.counters.exhausted.get(),
+            sends: self.sum(|c| &c.sends),
+            exhausted: self.sum(|c| &c.exhausted),
         }
     }
 }
@@ -694,11 +713,21 @@ impl PoolInner {
         self.percpu.try_push_bulk(Some(home), frames, PUSH_FREE)
     }
 
+    /// Takes the pool reference of a frame handed out past the caches: into this CPU's share
+    /// (a section on a line of this CPU's), so that refills on different cores do not pass the
+    /// atomic count's line between them; the atomic count if there is no cache for the thread.
+    fn take_ref(&self) {
+        match self.percpu.run(None, Op::Add(REF)) {
+            Res::Done(..) => {}
+            Res::Refused(_) | Res::NotHere | Res::NoCache => self.acquire(1),
+        }
+    }
+
     /// Moves CPU `cpu`'s kicked defer list into its cache (`skb_defer_free_flush`).
     #[cold]
     #[inline(never)]
     fn drain_cpu(&self, cpu: usize) {
-        self.percpu.counters.drains.add(1);
+        self.percpu.counters_at(cpu).drains.add(1);
         // Newest batch first, so that the oldest frame freed ends on top (see `refill`).
         let heads = self.percpu.slots[cpu].drain();
         for head in heads {
@@ -725,12 +754,12 @@ impl PoolInner {
             }
             Res::Refused(cpu) => {
                 let frame = self.refill(cpu as usize)?;
-                self.acquire(1);
+                self.take_ref();
                 frame.init(home_stamp(cpu), headroom);
                 Some(frame)
             }
             Res::NotHere | Res::NoCache => {
-                pc.shared.fetch_add(1, Ordering::Relaxed);
+                pc.counters().shared.add(1);
                 if let Some(frame) = self.refill(usize::MAX) {
                     self.acquire(1);
                     frame.init(NO_HOME, headroom);
@@ -762,7 +791,7 @@ impl PoolInner {
     #[inline(never)]
     fn refill(&self, cpu: usize) -> Option<Frame> {
         let pc = &self.percpu;
-        pc.counters.refills.add(1);
+        pc.counters_at(cpu).refills.add(1);
         if let Some(s) = pc.slots.get(cpu) {
             // Frames sent home come back in the order they were freed: newest batch first
             // (as the list holds them), each pushed newest frame first, the oldest of all
@@ -817,7 +846,7 @@ impl PoolInner {
             got = self.take_outgoing();
         }
         let Some(first) = got.pop_front() else {
-            pc.counters.exhausted.add(1);
+            pc.counters_at(cpu).exhausted.add(1);
             return None;
         };
         self.stash(got);
@@ -879,7 +908,7 @@ impl PoolInner {
     #[cold]
     #[inline(never)]
     fn flush_half(&self) {
-        self.percpu.counters.flushes.add(1);
+        self.percpu.counters().flushes.add(1);
         let mut out = Fifo::new();
         for _ in 0..self.percpu.cap.div_ceil(2) {
             match self.percpu.run(None, Op::Pop(POP_SPARE)) {
@@ -964,7 +993,7 @@ impl PoolInner {
                 }
             }
         }
-        pc.shared.fetch_add(1, Ordering::Relaxed);
+        pc.counters().shared.add(1);
         pool.overflow.add(frame);
         // SAFETY: the frame's reference is ours to drop, and we are done with the pool.
         unsafe { PoolInner::release(this, 1) };
@@ -1074,7 +1103,7 @@ impl PoolInner {
             }
         }
         for &f in rest {
-            self.percpu.counters.remote_frees.add(1);
+            self.percpu.counters().remote_frees.add(1);
             // SAFETY: a free frame of this pool that the caller gave up.
             let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
             self.send_home(Full::alone(frame, home));
@@ -1103,7 +1132,7 @@ impl PoolInner {
     /// `skb_attempt_defer_free` of a packed batch to its home CPU's defer list (kick at
     /// half); past `defer_max`, its frames go to the overflow list unpacked.
     fn send_home(&self, full: Full) {
-        self.percpu.counters.sends.add(1);
+        self.percpu.counters().sends.add(1);
         let slot = &self.percpu.slots[full.home as usize];
         let wake = match slot.try_defer(full.heads, full.n, self.cfg.defer_max) {
             Ok(Kick::Won(w)) => w,

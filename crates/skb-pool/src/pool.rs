@@ -24,6 +24,7 @@
 use core::fmt;
 use core::ptr::NonNull;
 
+use crossbeam_utils::CachePadded;
 use llist_defer::{Fifo, LList};
 
 use crate::error::{AddrError, BuildError, PoolError};
@@ -282,7 +283,9 @@ pub(crate) struct PoolInner {
     users: AtomicUsize,
     pub(crate) cfg: Config,
     pub(crate) totals: Totals,
-    pub(crate) depot: Mutex<Vec<Fifo<Frame>>>,
+    /// On its own line: every refill that reaches it locks it, and the fields beside it (`cfg`
+    /// above all) are read by every free and allocation on every core.
+    pub(crate) depot: CachePadded<Mutex<Vec<Fifo<Frame>>>>,
     pub(crate) overflow: LList<Frame>,
     pub(crate) slots: Box<[OwnerSlot]>,
     pub(crate) percpu: PerCpuState,
@@ -311,7 +314,7 @@ impl PoolInner {
             metas,
             slots,
             overflow: LList::new(),
-            depot: Mutex::new(Vec::new()),
+            depot: CachePadded::new(Mutex::new(Vec::new())),
             cfg,
             totals: Totals::new(),
         };
