@@ -58,8 +58,10 @@ mod error;
 mod handle;
 /// Per-frame metadata in a side array, and the free-frame node.
 mod meta;
-/// A CPU's outgoing batch of remote frees (per-CPU caches).
+/// A CPU's outgoing batch of remote frees (locked per-CPU caches).
 mod outgoing;
+/// A CPU's outgoing stacks of remote frees, one per home CPU (rseq pools).
+mod outstack;
 /// A batch of free frames sent to a CPU's defer list as one node (per-CPU remote frees).
 mod packed;
 /// Per-CPU frame caches: `Pool::alloc` from any thread (rseq or locked).

@@ -1,7 +1,9 @@
 //! A CPU's outgoing batch of remote frees (per-CPU caches): frames freed on this CPU that go
 //! home to another, gathered up to `remote_batch` per home so the home CPU's defer list takes
 //! one `add_batch` (and one count update) per batch instead of one per frame — what a handle's
-//! per-owner batches do, kept per CPU so that no thread has anything to flush.
+//! per-owner batches do, kept per CPU so that no thread has anything to flush. Rseq pools of up
+//! to `MAX_STACK_CPUS` CPUs gather on their outgoing stacks instead (`outstack.rs`, one section
+//! a frame) and come here only when a stack is being taken; locked pools always come here.
 //!
 //! The batch is behind a try-lock (whatever the pool's `PerCpu` mode): it is taken by threads on
 //! its CPU, so it is uncontended unless a holder was preempted (then the freer defers its frame

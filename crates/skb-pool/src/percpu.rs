@@ -10,7 +10,10 @@
 //! cache is dry. Remote frees travel in batches, packed (`packed.rs`): the home CPU learns a
 //! batch's addresses from a few metadata lines and pushes them into its cache with one critical
 //! section, instead of walking a chain of frames another core wrote, one dependent miss a frame.
-//! Every cache operation is one critical section that commits with a single store of the word:
+//! A batch gathers on the freeing CPU: in an rseq pool on that CPU's stack for the home CPU
+//! (`outstack.rs`: one section a frame, like a local free), in a locked pool (or when a stack
+//! is being taken) in the CPU's outgoing batch behind a try-lock (`outgoing.rs`). Every cache
+//! operation is one critical section that commits with a single store of the word:
 //!
 //! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW; the
 //!   allocation and free fast paths are that one section, inlined, everything else out of
@@ -26,7 +29,8 @@
 //! overflow list, with an atomic pool reference. An allocation whose cache is dry refills from,
 //! in order: its CPU's defer list, the overflow list, the depot (half a cache per batch), the
 //! defer lists of other CPUs (so frames sent home to a CPU nobody allocates on any more are not
-//! stranded; one probe per CPU per call), and vacant owner slots. Frames from the defer list
+//! stranded; one probe per CPU per call), vacant owner slots, and last the outgoing batches
+//! and stacks of every CPU (frames freed where nobody frees any more). Frames from the defer list
 //! and the depot go into the cache so that it hands them out in the order they were freed (or
 //! sat in the depot): a frame freed here is pushed on top (its lines are hot here), but a
 //! frame sent home is hot on another core, and keeping the order in which frames circulate
@@ -58,6 +62,7 @@ use llist_defer::{Chain, Fifo};
 
 use crate::meta::{Frame, FrameMeta};
 use crate::outgoing::{Full, Outgoing};
+use crate::outstack::OutStacks;
 use crate::packed;
 use crate::pool::PoolInner;
 use crate::remote::{Kick, OwnerSlot, Wake};
@@ -132,8 +137,11 @@ pub(crate) struct PerCpuState {
     cap: usize,
     caches: Box<[CachePadded<CpuCache>]>,
     pub(crate) slots: Box<[OwnerSlot]>,
-    /// Each CPU's outgoing batch of remote frees.
+    /// Each CPU's outgoing batch of remote frees (locked pools, and frees that find a stack
+    /// being taken).
     out: Box<[CachePadded<Outgoing>]>,
+    /// The outgoing stacks of an rseq pool: one section per remote free (`outstack.rs`).
+    stacks: OutStacks,
     dying: CachePadded<AtomicBool>,
     /// Slow-path counters ([`PerCpuStats`]), one set per CPU and one for threads past the
     /// table: a thread counts on its CPU's line, so counting costs no cross-core transfer
@@ -285,6 +293,7 @@ impl PerCpuState {
             out: (0..cpus)
                 .map(|_| CachePadded::new(Outgoing::new(batch)))
                 .collect(),
+            stacks: OutStacks::new(cpus, batch.min(packed::MAX_PACK), mode == PerCpu::Rseq),
             dying: CachePadded::new(AtomicBool::new(false)),
             counters: (0..=cpus)
                 .map(|_| CachePadded::new(Counters::default()))
@@ -571,6 +580,7 @@ impl PerCpuState {
     /// pool is leaked rather than freed under a running section).
     pub(crate) fn freeze(&self) -> Option<u32> {
         self.dying.store(true, Ordering::SeqCst);
+        self.stacks.freeze();
         match self.mode {
             PerCpu::Rseq =>
             {
@@ -596,7 +606,7 @@ impl PerCpuState {
             self.caches
                 .iter()
                 .map(|c| (c.word.load(Ordering::Acquire) >> 32) as u32)
-                .fold(0u32, u32::wrapping_add),
+                .fold(self.stacks.shares(), u32::wrapping_add),
         )
     }
 
@@ -615,10 +625,11 @@ impl PerCpuState {
                 .iter()
                 .zip(self.slots.iter())
                 .zip(self.out.iter())
-                .map(|((c, s), o)| CpuCacheStats {
+                .enumerate()
+                .map(|(cpu, ((c, s), o))| CpuCacheStats {
                     cached: c.word.load(Ordering::Relaxed) as u32 as usize,
                     deferred: s.count(),
-                    outgoing: o.len(),
+                    outgoing: o.len() + self.stacks.len_on(cpu),
                     has_deferred: !s.looks_empty(),
                 })
                 .collect(),
@@ -630,7 +641,8 @@ impl PerCpuState {
             drains: self.sum(|c| &c.drains),
             flushes: self.sum(|c| &c.flushes),
             remote_frees: self.sum(|c| &c.remote_frees)
-                + self.out.iter().map(|o| o.added()).sum::<u64>(),
+                + self.out.iter().map(|o| o.added()).sum::<u64>()
+                + self.stacks.len() as u64,
             sends: self.sum(|c| &c.sends),
             exhausted: self.sum(|c| &c.exhausted),
         }
@@ -951,7 +963,13 @@ impl PoolInner {
                 Err(Some(cpu)) if (home as usize) < pc.slots.len() => {
                     // SAFETY: forwarded contract, the frame marked free; `home` is in the
                     // table.
-                    unsafe { PoolInner::percpu_free_remote(this, frame, home as usize, Some(cpu)) };
+                    unsafe {
+                        if pc.stacks.enabled() {
+                            PoolInner::percpu_free_stacked(this, frame, home);
+                        } else {
+                            PoolInner::percpu_free_remote(this, frame, home as usize, Some(cpu));
+                        }
+                    }
                     return;
                 }
                 Err(_) => {}
@@ -1002,12 +1020,19 @@ impl PoolInner {
     /// Frames of an outgoing batch that no free on its CPU will complete: the first non-empty
     /// batch whose lock is free (one probe per CPU).
     pub(crate) fn take_outgoing(&self) -> Fifo<Frame> {
-        self.percpu
+        let got = self
+            .percpu
             .out
             .iter()
             .map(|o| o.try_take())
             .find(|f| !f.is_empty())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if !got.is_empty() || !self.percpu.stacks.enabled() {
+            return got;
+        }
+        let got = self.percpu.stacks.take_all(restart_sections);
+        self.percpu.counters().remote_frees.add(got.len() as u64);
+        got
     }
 
     /// The frames of the first non-empty CPU defer list, unpacked (one probe per CPU).
@@ -1043,6 +1068,228 @@ impl PoolInner {
         unsafe { PoolInner::drop_refs(this, 1) };
     }
 
+    /// A remote free through the outgoing stacks (rseq pools, `outstack.rs`): one section pushes
+    /// the frame onto the stack of the CPU the thread runs on for `home`, its reference given up
+    /// there. The free that fills a stack sends it home instead, with its own frame, while it
+    /// still holds that frame's reference (after a commit the pool may be gone). A stack being
+    /// taken (or frozen) sends the frame the lock-based way; on `home` itself (a migration) it
+    /// is a local free.
+    ///
+    /// # Safety
+    ///
+    /// As [`percpu_free`](Self::percpu_free) (the frame already marked free); `home` is in the
+    /// table.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    #[inline(never)]
+    unsafe fn percpu_free_stacked(this: NonNull<PoolInner>, frame: Frame, home: u32) {
+        use crate::rseq::{self, Status};
+        // SAFETY: the frame's reference keeps the pool alive until a push commits it.
+        let pool = unsafe { this.as_ref() };
+        let pc = &pool.percpu;
+        let addr = frame.0.as_ptr() as usize;
+        let cap = pc.stacks.cap();
+        let Some(area) = rseq::area() else {
+            // SAFETY: forwarded contract.
+            return unsafe { PoolInner::percpu_free_slow(this, frame) };
+        };
+        loop {
+            let cpu = rseq::cpu(area);
+            let Some(stack) = pc.stacks.cache_ref(cpu, home).filter(|_| cpu != home) else {
+                // SAFETY: forwarded contract (on the home CPU now, or a CPU past the table).
+                return unsafe { PoolInner::percpu_free_slow(this, frame) };
+            };
+            // A snapshot: a stale count only sends the batch one free early or late.
+            if pc.stacks.len_of(cpu, home) + 1 >= cap {
+                let mut buf = [0usize; packed::MAX_PACK];
+                let want = cap.min(buf.len() - 1);
+                // SAFETY: as below; `buf` is ours, valid for `want` writes.
+                let (st, k) = unsafe { rseq::pop_bulk(area, cpu, stack, buf.as_mut_ptr(), want) };
+                match st {
+                    Status::Done => {
+                        // The popped frames carry references again: ours and theirs go home
+                        // together, then all are given back; nothing touches the pool after.
+                        buf[k] = addr;
+                        pc.counters_at(cpu as usize).remote_frees.add(k as u64 + 1);
+                        pool.send_packed(&buf[..=k], home);
+                        // SAFETY: the `k + 1` references are ours to drop; the pool is not used
+                        // after.
+                        return unsafe { PoolInner::drop_refs(this, k + 1) };
+                    }
+                    Status::Refused if cap <= 1 => {
+                        pc.counters_at(cpu as usize).remote_frees.add(1);
+                        pool.send_packed(&[addr], home);
+                        // SAFETY: as above.
+                        return unsafe { PoolInner::drop_refs(this, 1) };
+                    }
+                    // Emptied meanwhile: push as usual.
+                    Status::Refused => {}
+                    Status::WrongCpu => continue,
+                    Status::Abort => {
+                        pc.count_abort();
+                        continue;
+                    }
+                    Status::Dying => {
+                        // SAFETY: forwarded contract.
+                        return unsafe {
+                            PoolInner::percpu_free_remote(this, frame, home as usize, Some(cpu))
+                        };
+                    }
+                }
+            }
+            // SAFETY: `area` is this thread's registered area; the stack lives as long as the
+            // pool, which the frame's reference keeps alive; only these sections, on CPU
+            // `cpu`, write it (a taker only once it flagged the stack and restarted them all).
+            match unsafe { rseq::push(area, cpu, stack, addr, PUSH_FREE) } {
+                // The reference went with the commit: the pool may be gone now.
+                Status::Done => return,
+                // Filled meanwhile (a thread preempted on this CPU): the next turn sends it.
+                Status::Refused | Status::WrongCpu => {}
+                Status::Abort => pc.count_abort(),
+                Status::Dying => {
+                    // SAFETY: forwarded contract.
+                    return unsafe {
+                        PoolInner::percpu_free_remote(this, frame, home as usize, Some(cpu))
+                    };
+                }
+            }
+        }
+    }
+
+    /// See the rseq build's definition; stacks exist only there.
+    ///
+    /// # Safety
+    ///
+    /// As [`percpu_free`](Self::percpu_free) (the frame already marked free); `home` is in the
+    /// table.
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+    unsafe fn percpu_free_stacked(this: NonNull<PoolInner>, frame: Frame, home: u32) {
+        // SAFETY: forwarded contract.
+        unsafe { PoolInner::percpu_free_remote(this, frame, home as usize, None) };
+    }
+
+    /// [`percpu_free_remote_bulk`](Self::percpu_free_remote_bulk) through the outgoing stacks:
+    /// whole stacks' worth go home at once from the caller's array; the rest goes onto the
+    /// stack with one section if it does not fill it, else the stack is taken whole and sent
+    /// home topped up from the rest, while the rest still holds references (a commit that gives
+    /// up the last of them is the end of the pool's use). What a stack being taken (or frozen)
+    /// refuses goes the lock-based way, and frames freed on `home` itself (a migration) one by
+    /// one.
+    ///
+    /// # Safety
+    ///
+    /// As [`percpu_free_remote_bulk`](Self::percpu_free_remote_bulk); `home` is in the table.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    unsafe fn percpu_free_stacked_bulk(this: NonNull<PoolInner>, home: u32, frames: &[usize]) {
+        use crate::rseq::{self, Status};
+        // SAFETY: the frames' references keep the pool alive while any is left.
+        let pool = unsafe { this.as_ref() };
+        let pc = &pool.percpu;
+        let cap = pc.stacks.cap().min(packed::MAX_PACK);
+        for &f in frames {
+            // SAFETY: the caller's contract: a frame of this pool that we hold.
+            Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
+        }
+        let mut rest = frames;
+        while !rest.is_empty() {
+            let Some(area) = rseq::area() else { break };
+            let cpu = rseq::cpu(area);
+            let Some(stack) = pc.stacks.cache_ref(cpu, home).filter(|_| cpu != home) else {
+                break;
+            };
+            let mut buf = [0usize; packed::MAX_PACK];
+            // Frames taken from the stack into `buf` (each carrying a reference again).
+            let k = if rest.len() >= cap {
+                0
+            } else if pc.stacks.len_of(cpu, home) + rest.len() < cap {
+                // SAFETY: as in `percpu_free_stacked`; `rest` is valid for `rest.len()` reads.
+                let (st, k) = unsafe {
+                    rseq::push_bulk(area, cpu, stack, rest.as_ptr(), rest.len(), PUSH_FREE)
+                };
+                match st {
+                    // All of them: their references went with the commit, the pool may be gone.
+                    Status::Done if k == rest.len() => return,
+                    Status::Done => rest = &rest[k..],
+                    Status::Refused | Status::WrongCpu => {}
+                    Status::Abort => pc.count_bulk_abort(),
+                    Status::Dying => break,
+                }
+                continue;
+            } else {
+                // SAFETY: as above; `buf` is ours, valid for `cap` writes.
+                match unsafe { rseq::pop_bulk(area, cpu, stack, buf.as_mut_ptr(), cap) } {
+                    (Status::Done, k) => k,
+                    // Emptied meanwhile (a taker).
+                    (Status::Refused, _) => 0,
+                    (Status::WrongCpu, _) => continue,
+                    (Status::Abort, _) => {
+                        pc.count_bulk_abort();
+                        continue;
+                    }
+                    (Status::Dying, _) => break,
+                }
+            };
+            // A batch: the stack's frames, topped up from the rest (up to `cap` in all).
+            let m = (cap - k).min(rest.len());
+            buf[k..k + m].copy_from_slice(&rest[..m]);
+            rest = &rest[m..];
+            pool.send_packed(&buf[..k + m], home);
+            pc.counters_at(cpu as usize)
+                .remote_frees
+                .add((k + m) as u64);
+            // SAFETY: the references of the frames sent are ours to drop; the rest's keep the
+            // pool alive, and with no rest this is the pool's last use here.
+            unsafe { PoolInner::drop_refs(this, k + m) };
+        }
+        if rest.is_empty() {
+            return;
+        }
+        if let Some(cpu) = pc.cpu_now().filter(|&c| c != home) {
+            // A stack being taken or frozen: the lock-based batch.
+            let out = pc.out.get(cpu as usize).map(|o| &**o);
+            pool.send_remote(out, rest, home);
+            // SAFETY: the references of `rest` are ours to drop; the pool is not used after.
+            return unsafe { PoolInner::drop_refs(this, rest.len()) };
+        }
+        for &f in rest {
+            // SAFETY: the caller's contract, frame by frame (already marked free, which
+            // `percpu_free` does again, harmlessly).
+            let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
+            // SAFETY: forwarded contract.
+            unsafe { PoolInner::percpu_free(this, frame) };
+        }
+    }
+
+    /// See the rseq build's definition; stacks exist only there.
+    ///
+    /// # Safety
+    ///
+    /// As [`percpu_free_remote_bulk`](Self::percpu_free_remote_bulk).
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+    unsafe fn percpu_free_stacked_bulk(this: NonNull<PoolInner>, home: u32, frames: &[usize]) {
+        let _ = home;
+        for &f in frames {
+            // SAFETY: the caller's contract, frame by frame.
+            let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
+            // SAFETY: forwarded contract.
+            unsafe { PoolInner::percpu_free(this, frame) };
+        }
+    }
+
+    /// Sends free frames (at most [`packed::MAX_PACK`], all for `home`, whose references the
+    /// caller gives back after) home as one packed batch, oldest first as given: the home CPU
+    /// hands them out in that order.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    fn send_packed(&self, frames: &[usize], home: u32) {
+        let mut heads = Fifo::new();
+        // SAFETY: free frames of this pool, each once, that the caller gave up.
+        heads.push_back(unsafe { packed::pack(frames) });
+        self.send_home(Full {
+            heads,
+            n: frames.len(),
+            home,
+        });
+    }
+
     /// Frees a run of per-CPU frames that [`percpu_free_bulk`](Self::percpu_free_bulk) did
     /// not put back (all stamped home CPU `home`, each carrying a reference): from another
     /// CPU, into that CPU's outgoing batch with one lock per batch, full batches sent home,
@@ -1061,6 +1308,11 @@ impl PoolInner {
         // SAFETY: the frames' references keep the pool alive until we drop them at the end.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
+        if pc.stacks.enabled() && (home as usize) < pc.slots.len() {
+            // SAFETY: forwarded contract.
+            unsafe { PoolInner::percpu_free_stacked_bulk(this, home, frames) };
+            return;
+        }
         let batch = match pc.cpu_now() {
             Some(cpu) if cpu != home && (home as usize) < pc.slots.len() => {
                 pc.out.get(cpu as usize)
@@ -1147,6 +1399,19 @@ impl PoolInner {
         if let Some(w) = wake {
             w();
         }
+    }
+}
+
+/// Restarts every rseq section in progress (a stack taker's second step); `false` if it
+/// cannot, and then nothing may be taken.
+fn restart_sections() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    {
+        crate::rseq::membarrier_rseq()
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+    {
+        false
     }
 }
 

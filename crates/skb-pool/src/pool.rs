@@ -1,10 +1,10 @@
 //! [`Pool`]: the shared part of the frame pool — region, side array, owner slots, the per-CPU
 //! caches, the overflow list and the depot — and its builder.
 //!
-//! Free frames live in eight places: an owner's cache (touched without atomics), an owner's
+//! Free frames live in nine places: an owner's cache (touched without atomics), an owner's
 //! defer list (remote frees, `skb_attempt_defer_free`), a freeing thread's unflushed batch, a
 //! CPU's cache and a CPU's defer list (`percpu.rs`), a CPU's outgoing batch of remote frees
-//! (`outgoing.rs`), the shared overflow list (remote frees over `defer_max`), and the depot
+//! (`outgoing.rs`) or its outgoing stack for one home CPU (`outstack.rs`), the shared overflow list (remote frees over `defer_max`), and the depot
 //! (batches of frames not yet handed to any owner or CPU, or given back by an owner whose cache
 //! grew past `cache_max` or that was dropped, or by a full CPU cache). The depot is a mutex-guarded stack of whole batches, as page_pool's ring is
 //! spinlocked: it is touched once per half a cache at most.

@@ -18,7 +18,7 @@ pub(crate) use core::cell::UnsafeCell;
 pub(crate) use loom::sync::Mutex;
 #[cfg(lockless_loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 #[cfg(lockless_loom)]
 pub(crate) use loom::thread;
@@ -27,7 +27,7 @@ pub(crate) use loom::thread;
 pub(crate) use std::sync::Mutex;
 #[cfg(not(lockless_loom))]
 pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 #[cfg(not(lockless_loom))]
 pub(crate) use std::thread;
