@@ -95,6 +95,17 @@ pub(crate) unsafe fn pack(items: &[usize]) -> Frame {
     Frame(unsafe { NonNull::new_unchecked(items[0] as *mut FrameMeta) })
 }
 
+/// How many frames the packed batch at `head` holds (the head included).
+///
+/// # Safety
+///
+/// As [`unpack`].
+pub(crate) unsafe fn total(head: &Frame) -> usize {
+    // SAFETY: the caller's contract: the head of a batch we hold; the sender wrote `total`
+    // before it published the head.
+    unsafe { (*node(head.0)).total as usize }.clamp(1, MAX_PACK)
+}
+
 /// Writes the metadata addresses of the packed batch at `head` to `out`, in the order they
 /// were packed (the head first), and returns how many there are.
 ///

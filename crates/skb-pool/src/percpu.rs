@@ -7,7 +7,8 @@
 //! the frame on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer
 //! list (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
 //! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when kicked or when its
-//! cache is dry. Remote frees travel in batches, packed (`packed.rs`): the home CPU learns a
+//! cache is dry, taking what the cache has room for (the newest batches stay on the list,
+//! still packed, for the next drain or another CPU's probe, rather than spill into the depot). Remote frees travel in batches, packed (`packed.rs`): the home CPU learns a
 //! batch's addresses from a few metadata lines and pushes them into its cache with one critical
 //! section, instead of walking a chain of frames another core wrote, one dependent miss a frame.
 //! A batch gathers on the freeing CPU: in an rseq pool on that CPU's stack for the home CPU
@@ -740,12 +741,45 @@ impl PoolInner {
     #[inline(never)]
     fn drain_cpu(&self, cpu: usize) {
         self.percpu.counters_at(cpu).drains.add(1);
-        // Newest batch first, so that the oldest frame freed ends on top (see `refill`).
-        let heads = self.percpu.slots[cpu].drain();
-        for head in heads {
-            // SAFETY: a CPU's defer list holds only packed heads of this pool, taken whole.
-            unsafe { self.stash_packed(head, false) };
+        self.stash_drained(cpu, false);
+    }
+
+    /// Drains CPU `cpu`'s defer list into this CPU's cache: the newest batches beyond the
+    /// cache's room go back on the list still packed (for the next drain, or another CPU's
+    /// probe) instead of overflowing the cache into the depot, where they would wait as chains
+    /// that take one dependent miss a frame to walk. The rest is stashed newest batch first, so
+    /// that the oldest frame freed ends on top (see `refill`); with `keep_last`, the oldest
+    /// batch is always taken and its oldest frame returned instead of stashed.
+    fn stash_drained(&self, cpu: usize, keep_last: bool) -> Option<Frame> {
+        let pc = &self.percpu;
+        let slot = &pc.slots[cpu];
+        let (mut heads, count) = slot.drain_counted();
+        let cached = pc
+            .caches
+            .get(cpu)
+            .map_or(0, |c| c.word.load(Ordering::Relaxed) as u32 as usize);
+        let room = pc.cap.saturating_sub(cached) + usize::from(keep_last);
+        let mut excess = count.saturating_sub(room);
+        let (mut back, mut back_n) = (Fifo::new(), 0);
+        let mut got = None;
+        let mut next = heads.pop();
+        while let Some(head) = next {
+            next = heads.pop();
+            let last = next.is_none();
+            if excess > 0 && !(last && keep_last) {
+                // SAFETY: a CPU's defer list holds only packed heads of this pool, taken whole.
+                let n = unsafe { packed::total(&head) };
+                excess = excess.saturating_sub(n);
+                back_n += n;
+                back.push_back(head);
+                continue;
+            }
+            excess = 0;
+            // SAFETY: as above.
+            got = unsafe { self.stash_packed(head, last && keep_last) };
         }
+        slot.requeue(back, back_n);
+        got
     }
 
     /// [`percpu_alloc`](Self::percpu_alloc) past its inlined attempt: every mode, every source.
@@ -812,14 +846,9 @@ impl PoolInner {
             // handing out frames at a fixed stride lets the hardware prefetcher fetch the next
             // frame's lines, on both cores, ahead of use (the skb_pool bench's pipeline:
             // LIFO here scrambled the order every lap).
-            let mut heads = s.drain().peekable();
-            while let Some(head) = heads.next() {
-                let last = heads.peek().is_none();
-                // SAFETY: a CPU's defer list holds only packed heads of this pool, taken
-                // whole.
-                let got = unsafe { self.stash_packed(head, last) };
-                if last {
-                    return got;
+            if !s.looks_empty() {
+                if let Some(got) = self.stash_drained(cpu, true) {
+                    return Some(got);
                 }
             }
         }

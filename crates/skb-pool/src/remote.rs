@@ -21,7 +21,9 @@
 //! order too (the IPI handler clears `defer_ipi_scheduled` before the softirq flushes) and it is
 //! what makes the wake reliable: a freer whose (Acquire) increment reads the reset count is
 //! ordered after the clear, so its kick finds the flag clear and wakes. Clearing after the take,
-//! instead, lets a new cycle's kick find the flag still set and lose its wake.
+//! instead, lets a new cycle's kick find the flag still set and lose its wake. A CPU whose cache
+//! cannot hold everything it drained puts the rest back (`requeue`: counted, no kick) for its
+//! next drain or another CPU's probe.
 //!
 //! Freers batch (see `PoolHandle`): one `add_batch` and one count update per batch of up to
 //! `remote_batch` frames for the same owner, clamped to `defer_max / 4` so that the batch that
@@ -245,8 +247,9 @@ impl OwnerSlot {
         self.parked.store(false, Ordering::Relaxed);
     }
 
-    /// `skb_defer_free_flush`: clear `pending`, reset the count, take the whole list.
-    pub(crate) fn drain(&self) -> Chain<Frame> {
+    /// [`drain`](Self::drain), with the count it reset (the frames taken; it errs high after
+    /// refused frees).
+    pub(crate) fn drain_counted(&self) -> (Chain<Frame>, usize) {
         let r = &*self.remote;
         // Nothing to do (the common case of a poll loop): stay off the freers' cache line
         // instead of writing it with two RMWs. A free racing this snapshot kicks by itself.
@@ -254,7 +257,7 @@ impl OwnerSlot {
             && r.count.load(Ordering::Relaxed) == 0
             && !self.pending.load(Ordering::Relaxed)
         {
-            return Chain::new();
+            return (Chain::new(), 0);
         }
         if self.pending.load(Ordering::Relaxed) {
             self.pending.store(false, Ordering::Relaxed);
@@ -263,8 +266,26 @@ impl OwnerSlot {
         // rather than a store so the reset takes its place in the count's modification order
         // after every increment it overwrites (with a plain store the C11 argument is the same,
         // but loom's partial modification order would let later increments read past it).
-        r.count.swap(0, Ordering::Release);
-        r.list.take_all()
+        let n = r.count.swap(0, Ordering::Release);
+        (r.list.take_all(), n)
+    }
+
+    /// Puts drained nodes standing for `k` frames back on the list, counted, without a kick
+    /// (their owner took what it had room for and leaves the rest to its next drain or to
+    /// another's probe).
+    pub(crate) fn requeue(&self, batch: Fifo<Frame>, k: usize) {
+        if batch.is_empty() {
+            return;
+        }
+        let r = &*self.remote;
+        // Acquire: as in `try_defer`.
+        r.count.fetch_add(k, Ordering::Acquire);
+        r.list.add_batch(batch);
+    }
+
+    /// `skb_defer_free_flush`: clear `pending`, reset the count, take the whole list.
+    pub(crate) fn drain(&self) -> Chain<Frame> {
+        self.drain_counted().0
     }
 
     /// Whether the defer list looks empty (a hint).

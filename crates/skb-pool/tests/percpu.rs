@@ -144,6 +144,40 @@ fn remote_free_goes_to_the_home_defer_list_kicks_at_half_and_drains_on_the_next_
 }
 
 #[test]
+fn a_drain_larger_than_the_cache_leaves_the_newest_batches_on_the_defer_list() {
+    for mode in modes() {
+        // 64-frame caches, remote batches of 32, kicked past 128 deferred.
+        let pool = pool_deferring(mode, 1024, 64, 256);
+        let skbs: Vec<Skb> = on_cpu(0, || (0..200).map(|_| pool.alloc().unwrap()).collect());
+        on_cpu(1, || drop(skbs));
+        let before = pool.per_cpu_stats();
+        assert_eq!(before.cpus[0].deferred, 192, "{mode:?}: {before:?}");
+        // The kicked drain on CPU 0 takes what its cache has room for, oldest first; the
+        // newest batches stay on the list, packed, instead of spilling into the depot.
+        let skb = on_cpu(0, || pool.alloc().unwrap());
+        let after = pool.per_cpu_stats();
+        assert_eq!(after.depot, before.depot, "{mode:?}: {after:?}");
+        assert!(
+            after.cpus[0].cached <= after.cache_cap,
+            "{mode:?}: {after:?}"
+        );
+        assert!(after.cpus[0].deferred >= 64, "{mode:?}: {after:?}");
+        assert_eq!(
+            after.cpus[0].cached + after.cpus[0].deferred + 1,
+            before.cpus[0].cached + 192,
+            "{mode:?}: {after:?}"
+        );
+        drop(skb);
+        // Everything still comes out, each frame once.
+        let all: Vec<Skb> = on_cpu(0, || std::iter::from_fn(|| pool.alloc().ok()).collect());
+        let mut idx: Vec<u32> = all.iter().map(Skb::frame_index).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        assert_eq!(idx.len(), 1024, "{mode:?}: {:?}", pool.per_cpu_stats());
+    }
+}
+
+#[test]
 fn frames_sent_home_come_back_in_the_order_they_were_freed() {
     for mode in modes() {
         // Room for everything: a 256-frame cache on each CPU, three remote batches of 16
