@@ -5,9 +5,9 @@
 //! frame's home, with the same section as a cache push: the item stored above the count, then
 //! one commit of the stack's word (count + 1 in the low half, the frame's pool reference given
 //! up into the high half, as a cache's word counts references). A full stack is taken whole by
-//! one more section (a bulk pop) and sent home packed by the caller. The lock-based
-//! batch of `outgoing.rs` costs a compare-and-swap and a second section (for the reference) per
-//! frame; this costs one section, the price of a local free.
+//! one more section (a bulk pop) and sent home packed by the caller. The lock-based batch of
+//! `outgoing.rs` costs a compare-and-swap and a second section (for the reference) per frame;
+//! this costs one section, the price of a local free.
 //!
 //! One stack per pair (rather than one batch per CPU that switches homes) keeps the home out
 //! of the section: a stack only ever holds frames of its one home. The free that would fill a
@@ -26,9 +26,9 @@
 //! interrupt to every CPU running the process, so takings are throttled to one per
 //! [`TAKE_EVERY`](crate::outstack::TAKE_EVERY) per pool: a frame waits at most that long in a
 //! stack nobody frees to, and a pool whose allocators run dry often (frames in flight, not in
-//! stacks) does not interrupt its CPUs at every miss. Freezing the pool (its
-//! last `Pool` value gone) sets every flag for good and folds the stacks' reference shares
-//! into the count with the caches'.
+//! stacks) does not interrupt its CPUs at every miss. Freezing the pool (its last `Pool` value
+//! gone) sets every flag for good and folds the stacks' reference shares into the count with
+//! the caches'.
 //!
 //! This file owns the stacks' memory and the taker's protocol; the sections are `rseq.rs`'s, and
 //! where the frames go is `percpu.rs`'s business.
@@ -141,7 +141,7 @@ impl OutStacks {
         self.stacks
             .iter()
             .skip(cpu * self.cpus)
-            .take(if self.enabled() { self.cpus } else { 0 })
+            .take(self.cpus)
             .map(|s| s.word.load(Ordering::Relaxed) as u32 as usize)
             .sum()
     }
@@ -173,10 +173,10 @@ impl OutStacks {
 
     /// Takes the frames of every non-empty stack that no other taker holds, from any CPU (the
     /// anti-stranding probe; nothing if another taking was less than [`TAKE_EVERY`] ago): flags
-    /// them, restarts every section in progress with `restart`
-    /// (`membarrier`; if it fails nothing is taken), then empties them. The frames carry no
-    /// references (their frees gave them up into the stacks' shares, which stay). Returns the
-    /// frames, oldest of each stack first.
+    /// them, restarts every section in progress with `restart` (`membarrier`; if it fails,
+    /// nothing is taken), then empties them. The frames carry no references (their frees gave
+    /// them up into the stacks' shares, which stay). Returns the frames, oldest of each stack
+    /// first.
     pub(crate) fn take_all(&self, restart: impl FnOnce() -> bool) -> Fifo<Frame> {
         let mut taken = Fifo::new();
         if self.len() == 0 {
@@ -198,8 +198,8 @@ impl OutStacks {
             if s.word.load(Ordering::Relaxed) as u32 == 0 {
                 continue;
             }
-            // Acquire/Release on the flag: takers exclude each other; a frozen stack stays
-            // closed (the exchange fails on any bit set).
+            // The flag before the restart's barrier (SeqCst); takers exclude each other, and a
+            // frozen stack stays closed (the exchange fails on any bit set).
             if s.flag
                 .compare_exchange(0, TAKING, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
