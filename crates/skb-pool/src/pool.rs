@@ -601,7 +601,10 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`PoolError::Exhausted`] if no frame is free anywhere this CPU can reach.
+    /// [`PoolError::Exhausted`] if no frame is free anywhere this CPU can reach. Frames freed
+    /// on another CPU that wait there for their batch to fill are reached too, but in an rseq
+    /// pool at most once a millisecond (taking them interrupts every CPU): a caller that must
+    /// not give up on those uses [`alloc_wait`](Self::alloc_wait).
     #[inline(always)]
     pub fn alloc(&self) -> Result<Skb, PoolError> {
         let frame = self.inner().percpu_alloc().ok_or(PoolError::Exhausted)?;
