@@ -453,3 +453,45 @@ fn percpu_partial_outgoing_batch_is_not_stranded() {
         assert_all_reachable_from(&pool, 1, &skbs);
     });
 }
+
+/// A drain bigger than the cache (caches of one frame here): CPU 0's refill takes the oldest
+/// batch and puts the newer one back on its defer list (counted, no kick), racing an allocation
+/// on CPU 1 that probes CPU 0's list (the anti-stranding path) and may take it before, during
+/// or after. No frame is lost or handed out twice.
+#[test]
+fn percpu_drain_bigger_than_the_cache_races_a_probe() {
+    loom::model(|| {
+        let pool = percpu_pool_deferring(2, None, 8);
+        assert_eq!(pool.remote_batch(), 2);
+        skb_pool::loom_set_cpu(0);
+        let skbs: Vec<Skb> = (0..FRAMES).map(|_| pool.alloc().unwrap()).collect();
+        // Two batches of two go home to CPU 0 (4 deferred: no kick, 4 is not past half of 8).
+        skb_pool::loom_set_cpu(1);
+        drop(skbs);
+        let spawn = |cpu: u32| {
+            let pool = pool.clone();
+            thread::spawn(move || {
+                skb_pool::loom_set_cpu(cpu);
+                pool.alloc().ok()
+            })
+        };
+        let (a, b) = (spawn(0), spawn(1));
+        let held: Vec<Skb> = [a.join().unwrap(), b.join().unwrap()]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert!(
+            !held.is_empty(),
+            "both allocations failed with 4 frames free"
+        );
+        // B may have stashed frames in CPU 1's cache, which only CPU 1 reaches: take those
+        // first, then everything else from CPU 0.
+        skb_pool::loom_set_cpu(1);
+        let mut from_1: Vec<Skb> = Vec::new();
+        while let Ok(s) = pool.alloc() {
+            from_1.push(s);
+        }
+        from_1.extend(held);
+        assert_all_reachable_from(&pool, 0, &from_1);
+    });
+}
