@@ -53,10 +53,26 @@ pub(crate) struct Full {
 impl Full {
     /// One free frame, alone, for `home`.
     pub(crate) fn alone(frame: Frame, home: u32) -> Full {
-        let mut heads = Fifo::new();
         // SAFETY: a free frame the caller gave up, alone.
-        heads.push_back(unsafe { packed::pack(&[frame.0.as_ptr() as usize]) });
-        Full { heads, n: 1, home }
+        unsafe { Full::packed(&[frame.0.as_ptr() as usize], home) }
+    }
+
+    /// The free frames at the metadata addresses `frames` (1 to [`MAX_PACK`] of them, oldest
+    /// first) as one packed batch for `home`.
+    ///
+    /// # Safety
+    ///
+    /// As [`packed::pack`]: every address is the entry of a free frame of one live pool that the
+    /// caller gave up, each once.
+    pub(crate) unsafe fn packed(frames: &[usize], home: u32) -> Full {
+        let mut heads = Fifo::new();
+        // SAFETY: the caller's contract.
+        heads.push_back(unsafe { packed::pack(frames) });
+        Full {
+            heads,
+            n: frames.len(),
+            home,
+        }
     }
 }
 

@@ -108,7 +108,8 @@ impl OutStacks {
         !self.stacks.is_empty()
     }
 
-    /// Frames one stack holds when full.
+    /// Frames one stack holds when full (at most `packed::MAX_PACK`: the pool builds the stacks
+    /// no larger, so a full stack goes home as one packed batch).
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
     pub(crate) fn cap(&self) -> usize {
         self.cap

@@ -838,7 +838,7 @@ impl PoolInner {
     fn refill(&self, cpu: usize) -> Option<Frame> {
         let pc = &self.percpu;
         pc.counters_at(cpu).refills.add(1);
-        if let Some(s) = pc.slots.get(cpu) {
+        if cpu < pc.slots.len() {
             // Frames sent home come back in the order they were freed: newest batch first
             // (as the list holds them), each pushed newest frame first, the oldest of all
             // returned. Their lines are in another core's cache, so no order is hotter here;
@@ -846,10 +846,8 @@ impl PoolInner {
             // handing out frames at a fixed stride lets the hardware prefetcher fetch the next
             // frame's lines, on both cores, ahead of use (the skb_pool bench's pipeline:
             // LIFO here scrambled the order every lap).
-            if !s.looks_empty() {
-                if let Some(got) = self.stash_drained(cpu, true) {
-                    return Some(got);
-                }
+            if let Some(got) = self.stash_drained(cpu, true) {
+                return Some(got);
             }
         }
         let mut got = self.overflow.take_all().reverse();
@@ -1201,19 +1199,24 @@ impl PoolInner {
     /// stack with one section if it does not fill it, else the stack is taken whole and sent
     /// home topped up from the rest, while the rest still holds references (a commit that gives
     /// up the last of them is the end of the pool's use). What a stack being taken (or frozen)
-    /// refuses goes the lock-based way, and frames freed on `home` itself (a migration) one by
-    /// one.
+    /// refuses, and frames freed on `home` itself (a migration), are returned for the caller's
+    /// other paths, still carrying their references (marked free); empty when every frame went
+    /// and the pool may be gone.
     ///
     /// # Safety
     ///
     /// As [`percpu_free_remote_bulk`](Self::percpu_free_remote_bulk); `home` is in the table.
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
-    unsafe fn percpu_free_stacked_bulk(this: NonNull<PoolInner>, home: u32, frames: &[usize]) {
+    unsafe fn percpu_free_stacked_bulk(
+        this: NonNull<PoolInner>,
+        home: u32,
+        frames: &[usize],
+    ) -> &[usize] {
         use crate::rseq::{self, Status};
         // SAFETY: the frames' references keep the pool alive while any is left.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
-        let cap = pc.stacks.cap().min(packed::MAX_PACK);
+        let cap = pc.stacks.cap();
         for &f in frames {
             // SAFETY: the caller's contract: a frame of this pool that we hold.
             Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
@@ -1236,7 +1239,7 @@ impl PoolInner {
                 };
                 match st {
                     // All of them: their references went with the commit, the pool may be gone.
-                    Status::Done if k == rest.len() => return,
+                    Status::Done if k == rest.len() => return &[],
                     Status::Done => rest = &rest[k..],
                     Status::Refused | Status::WrongCpu => {}
                     Status::Abort => pc.count_bulk_abort(),
@@ -1269,23 +1272,7 @@ impl PoolInner {
             // pool alive, and with no rest this is the pool's last use here.
             unsafe { PoolInner::drop_refs(this, k + m) };
         }
-        if rest.is_empty() {
-            return;
-        }
-        if let Some(cpu) = pc.cpu_now().filter(|&c| c != home) {
-            // A stack being taken or frozen: the lock-based batch.
-            let out = pc.out.get(cpu as usize).map(|o| &**o);
-            pool.send_remote(out, rest, home);
-            // SAFETY: the references of `rest` are ours to drop; the pool is not used after.
-            return unsafe { PoolInner::drop_refs(this, rest.len()) };
-        }
-        for &f in rest {
-            // SAFETY: the caller's contract, frame by frame (already marked free, which
-            // `percpu_free` does again, harmlessly).
-            let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
-            // SAFETY: forwarded contract.
-            unsafe { PoolInner::percpu_free(this, frame) };
-        }
+        rest
     }
 
     /// See the rseq build's definition; stacks exist only there.
@@ -1294,14 +1281,13 @@ impl PoolInner {
     ///
     /// As [`percpu_free_remote_bulk`](Self::percpu_free_remote_bulk).
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
-    unsafe fn percpu_free_stacked_bulk(this: NonNull<PoolInner>, home: u32, frames: &[usize]) {
-        let _ = home;
-        for &f in frames {
-            // SAFETY: the caller's contract, frame by frame.
-            let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
-            // SAFETY: forwarded contract.
-            unsafe { PoolInner::percpu_free(this, frame) };
-        }
+    unsafe fn percpu_free_stacked_bulk(
+        this: NonNull<PoolInner>,
+        home: u32,
+        frames: &[usize],
+    ) -> &[usize] {
+        let _ = (this, home);
+        frames
     }
 
     /// Sends free frames (at most [`packed::MAX_PACK`], all for `home`, whose references the
@@ -1309,14 +1295,8 @@ impl PoolInner {
     /// hands them out in that order.
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
     fn send_packed(&self, frames: &[usize], home: u32) {
-        let mut heads = Fifo::new();
         // SAFETY: free frames of this pool, each once, that the caller gave up.
-        heads.push_back(unsafe { packed::pack(frames) });
-        self.send_home(Full {
-            heads,
-            n: frames.len(),
-            home,
-        });
+        self.send_home(unsafe { Full::packed(frames, home) });
     }
 
     /// Frees a run of per-CPU frames that [`percpu_free_bulk`](Self::percpu_free_bulk) did
@@ -1337,11 +1317,17 @@ impl PoolInner {
         // SAFETY: the frames' references keep the pool alive until we drop them at the end.
         let pool = unsafe { this.as_ref() };
         let pc = &pool.percpu;
-        if pc.stacks.enabled() && (home as usize) < pc.slots.len() {
+        let frames = if pc.stacks.enabled() && (home as usize) < pc.slots.len() {
             // SAFETY: forwarded contract.
-            unsafe { PoolInner::percpu_free_stacked_bulk(this, home, frames) };
-            return;
-        }
+            let rest = unsafe { PoolInner::percpu_free_stacked_bulk(this, home, frames) };
+            if rest.is_empty() {
+                // Every reference went: the pool may be gone.
+                return;
+            }
+            rest
+        } else {
+            frames
+        };
         let batch = match pc.cpu_now() {
             Some(cpu) if cpu != home && (home as usize) < pc.slots.len() => {
                 pc.out.get(cpu as usize)
