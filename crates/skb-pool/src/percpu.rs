@@ -102,6 +102,8 @@ const PUSH_SPARE: u64 = 1;
 const POP_SPARE: u64 = u64::MAX;
 /// A remote free's reference, dropped on the freeing CPU.
 const DROP_REF: u64 = 0u64.wrapping_sub(REF);
+/// Frames a kicked drain lifts off the top of a cache to stash the drained ones beneath.
+const LIFT_MAX: usize = 256;
 
 /// One CPU's cache: the commit word, the try-lock of `PerCpu::Locked`, and the stack.
 struct CpuCache {
@@ -420,6 +422,13 @@ impl PerCpuState {
         })
     }
 
+    /// Frames in CPU `cpu`'s cache now (a snapshot; 0 past the table).
+    fn cached(&self, cpu: usize) -> usize {
+        self.caches
+            .get(cpu)
+            .map_or(0, |c| c.word.load(Ordering::Relaxed) as u32 as usize)
+    }
+
     /// One bulk pop on the current CPU's cache (rseq pools only): `Some((k, cpu))` with the
     /// `k ≥ 1` items in `out[..k]`, each carrying a reference; `None` if nothing committed (an
     /// abort is counted), and the caller allocates one frame the ordinary way.
@@ -736,12 +745,88 @@ impl PoolInner {
         }
     }
 
-    /// Moves CPU `cpu`'s kicked defer list into its cache (`skb_defer_free_flush`).
+    /// Moves CPU `cpu`'s kicked defer list into its cache (`skb_defer_free_flush`), once the
+    /// cache has room for half of it: until then the kick stays pending and the next
+    /// allocation on `cpu` looks again (a full cache would take nothing, put the list back and
+    /// be kicked again by the next remote free).
     #[cold]
     #[inline(never)]
     fn drain_cpu(&self, cpu: usize) {
-        self.percpu.counters_at(cpu).drains.add(1);
-        self.stash_drained(cpu, false);
+        let pc = &self.percpu;
+        if pc.cached(cpu) > pc.cap / 2 {
+            return;
+        }
+        pc.counters_at(cpu).drains.add(1);
+        // The frames still cached were freed before those on the defer list, so they must be
+        // handed out first (see `refill`): lift them off, stash the drained frames beneath,
+        // and put them back on top in the order they had. Stashed on top instead, every kick
+        // would permute the circulation for good (frames come back in the order they left),
+        // and a pool whose frames come in no order loses the hardware prefetcher (the
+        // skb_pool bench's shuffled bound).
+        let mut lifted = [0usize; LIFT_MAX];
+        let k = self.lift(cpu, &mut lifted);
+        self.stash_drained(cpu, false, k);
+        self.put_back_lifted(&lifted[..k]);
+    }
+
+    /// Pops up to `LIFT_MAX` frames off the top of CPU `cpu`'s cache into `out`, the top one
+    /// last, each carrying a reference (as an allocation's); returns how many, 0 if the
+    /// thread no longer runs on `cpu`.
+    fn lift(&self, cpu: usize, out: &mut [usize; LIFT_MAX]) -> usize {
+        let pc = &self.percpu;
+        match pc.try_pop_bulk(out) {
+            Some((k, on)) if on as usize == cpu => return k,
+            Some((k, _)) => {
+                // Migrated since the allocation: back where they came from.
+                self.put_back_lifted(&out[..k]);
+                return 0;
+            }
+            None if pc.mode == PerCpu::Rseq => return 0,
+            None => {}
+        }
+        let mut k = 0;
+        while k < LIFT_MAX {
+            match pc.run(Some(cpu as u32), Op::Pop(POP_ALLOC)) {
+                Res::Done(item, _) => out[k] = item,
+                Res::Refused(_) | Res::NotHere | Res::NoCache => break,
+            }
+            k += 1;
+        }
+        out[..k].reverse();
+        k
+    }
+
+    /// Pushes frames [`lift`](Self::lift)ed off a cache (free, each carrying a reference)
+    /// back onto the cache of the CPU the thread runs on, the last one on top; what does not
+    /// fit goes to [`stash`](Self::stash), its references given up.
+    fn put_back_lifted(&self, frames: &[usize]) {
+        let pc = &self.percpu;
+        let mut pushed = pc.try_push_bulk(None, frames, PUSH_FREE);
+        while pushed < frames.len() {
+            match pc.run(None, Op::Push(frames[pushed], PUSH_FREE)) {
+                Res::Done(..) => pushed += 1,
+                Res::Refused(_) | Res::NotHere | Res::NoCache => break,
+            }
+        }
+        let rest = &frames[pushed..];
+        if rest.is_empty() {
+            return;
+        }
+        self.stash(
+            rest.iter()
+                // SAFETY: addresses of this pool's free frames, lifted off a cache, each once.
+                .map(|&a| Frame(unsafe { NonNull::new_unchecked(a as *mut FrameMeta) }))
+                .collect(),
+        );
+        // The references the pops gave them. The caller's `Pool` holds another, so this is
+        // never the last.
+        match pc.run(None, Op::Add(DROP_REF.wrapping_mul(rest.len() as u64))) {
+            Res::Done(..) => {}
+            Res::Refused(_) | Res::NotHere | Res::NoCache => {
+                // SAFETY: the references are ours to drop, and not the last (above).
+                unsafe { PoolInner::release(NonNull::from(self), rest.len()) }
+            }
+        }
     }
 
     /// Drains CPU `cpu`'s defer list into this CPU's cache: the newest batches beyond the
@@ -749,16 +834,13 @@ impl PoolInner {
     /// probe) instead of overflowing the cache into the depot, where they would wait as chains
     /// that take one dependent miss a frame to walk. The rest is stashed newest batch first, so
     /// that the oldest frame freed ends on top (see `refill`); with `keep_last`, the oldest
-    /// batch is always taken and its oldest frame returned instead of stashed.
-    fn stash_drained(&self, cpu: usize, keep_last: bool) -> Option<Frame> {
+    /// batch is always taken and its oldest frame returned instead of stashed. `reserve`
+    /// frames' room is kept free (frames lifted off the cache, to be put back on top).
+    fn stash_drained(&self, cpu: usize, keep_last: bool, reserve: usize) -> Option<Frame> {
         let pc = &self.percpu;
         let slot = &pc.slots[cpu];
         let (mut heads, count) = slot.drain_counted();
-        let cached = pc
-            .caches
-            .get(cpu)
-            .map_or(0, |c| c.word.load(Ordering::Relaxed) as u32 as usize);
-        let room = pc.cap.saturating_sub(cached) + usize::from(keep_last);
+        let room = pc.cap.saturating_sub(pc.cached(cpu) + reserve) + usize::from(keep_last);
         let mut excess = count.saturating_sub(room);
         let (mut back, mut back_n) = (Fifo::new(), 0);
         let mut got = None;
@@ -846,7 +928,7 @@ impl PoolInner {
             // handing out frames at a fixed stride lets the hardware prefetcher fetch the next
             // frame's lines, on both cores, ahead of use (the skb_pool bench's pipeline:
             // LIFO here scrambled the order every lap).
-            if let Some(got) = self.stash_drained(cpu, true) {
+            if let Some(got) = self.stash_drained(cpu, true, 0) {
                 return Some(got);
             }
         }

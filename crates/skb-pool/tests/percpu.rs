@@ -197,11 +197,12 @@ fn frames_sent_home_come_back_in_the_order_they_were_freed() {
             }
         });
         assert_eq!(pool.per_cpu_stats().cpus[0].deferred, 48, "{mode:?}");
-        // The next allocation on CPU 0 notices the kick and drains the list into the cache
-        // (it may itself take a frame the cache held); from then on the cache hands the frames
-        // out oldest free first, so the pool's circulation keeps the order frames were handed
-        // out in (percpu.rs, `refill`). A LIFO refill would hand them out newest first.
-        let again: Vec<Skb> = on_cpu(0, || (0..64).map(|_| pool.alloc().unwrap()).collect());
+        // The next allocation on CPU 0 notices the kick and drains the list into the cache,
+        // beneath the frames the cache still holds (81 of the refill's 129); the cache hands
+        // the drained frames out oldest free first, so the pool's circulation keeps the order
+        // frames were handed out in (percpu.rs, `refill`). A LIFO refill would hand them out
+        // newest first.
+        let again: Vec<Skb> = on_cpu(0, || (0..160).map(|_| pool.alloc().unwrap()).collect());
         let got: Vec<u64> = again
             .iter()
             .map(Skb::frame_addr)
@@ -209,6 +210,38 @@ fn frames_sent_home_come_back_in_the_order_they_were_freed() {
             .collect();
         assert_eq!(got, freed, "{mode:?}");
         drop(again);
+        assert_eq!(pool.stats().free, 1024, "{mode:?}");
+    }
+}
+
+#[test]
+fn a_kicked_drain_hands_out_what_the_cache_held_before_the_drained_frames() {
+    for mode in modes() {
+        // 64-frame caches, remote batches of 8, kicked past 16 deferred.
+        let pool = pool_deferring(mode, 1024, 64, 32);
+        let mut skbs: Vec<Skb> = on_cpu(0, || (0..40).map(|_| pool.alloc().unwrap()).collect());
+        let remote: Vec<Skb> = skbs.drain(..24).collect();
+        let freed: Vec<u64> = remote.iter().map(Skb::frame_addr).collect();
+        on_cpu(1, || drop(remote));
+        let before = pool.per_cpu_stats();
+        assert_eq!(before.cpus[0].deferred, 24, "{mode:?}: {before:?}");
+        let held = before.cpus[0].cached;
+        // Room for the drain (it waits while the cache is more than half full).
+        assert!(held > 0 && held <= 32, "{mode:?}: {before:?}");
+        // The first allocation takes the top frame and notices the kick: the drained frames
+        // were freed after everything the cache holds, so they come out after it, in the
+        // order they were freed (stashed on top, they would come first).
+        let again: Vec<Skb> = on_cpu(0, || {
+            (0..held + 24).map(|_| pool.alloc().unwrap()).collect()
+        });
+        let got: Vec<u64> = again.iter().map(Skb::frame_addr).collect();
+        assert!(
+            got[..held].iter().all(|a| !freed.contains(a)),
+            "{mode:?}: a drained frame came out before the cached ones: {got:?}"
+        );
+        assert_eq!(got[held..], freed[..], "{mode:?}");
+        assert_eq!(pool.per_cpu_stats().drains, before.drains + 1, "{mode:?}");
+        drop((again, skbs));
         assert_eq!(pool.stats().free, 1024, "{mode:?}");
     }
 }
