@@ -2,16 +2,17 @@
 //! `skb_attempt_defer_free` / `skb_defer_free_flush`, with page_pool's owner-only cache.
 //!
 //! A handle owns a slot (its [`OwnerId`]) and a local state no other thread touches: a LIFO
-//! cache of free frames, the chain last taken from its defer list, one outgoing batch per other
-//! owner, and its share of pool references. Allocation pops the cache without an atomic; when
-//! the cache is dry it drains, in order: its defer list (splicing the taken chain in O(1)), the
-//! shared overflow list, a depot batch, the defer lists of vacant slots, and then per-CPU frees
-//! no CPU is taking: the first non-empty CPU defer list, a CPU's stranded outgoing batch.
+//! cache of free frames, the chain last taken from the overflow list, one outgoing batch per
+//! other owner, and its share of pool references. Allocation pops the cache without an atomic;
+//! when the cache is dry it drains, in order: its defer list (packed batches, unpacked behind
+//! the cache in the order their frames were freed), the shared overflow list, a depot batch,
+//! the defer lists of vacant slots, and then per-CPU frees no CPU is taking: the first
+//! non-empty CPU defer list, a CPU's stranded outgoing batch.
 //!
 //! Dropping an [`Skb`] looks up the calling thread's handle for the frame's pool (a short
 //! thread-local list, usually of one). On the owner's thread the frame goes into the cache. On
-//! another thread with a handle it joins that handle's batch for the owner, pushed with one
-//! `add_batch` when it reaches `remote_batch` frames, on [`PoolHandle::flush_frees`], and when
+//! another thread with a handle it joins that handle's batch for the owner, packed and pushed
+//! with one `add_batch` when it reaches `remote_batch` frames, on [`PoolHandle::flush_frees`], and when
 //! that handle is dropped (snmalloc's message batching). On a thread without a handle it is
 //! deferred alone, exactly as the kernel does it.
 //!
@@ -25,12 +26,14 @@
 use core::fmt;
 use core::marker::PhantomData;
 use core::ptr::{self, NonNull};
+use std::collections::VecDeque;
 use std::sync::PoisonError;
 
 use llist_defer::{Chain, Fifo};
 
 use crate::error::{AddrError, PoolError};
 use crate::meta::{Frame, FrameMeta};
+use crate::packed;
 use crate::pool::{Pool, PoolInner};
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
 use crate::skb::{OwnerId, Skb};
@@ -41,16 +44,6 @@ use crate::sync::LOCALS;
 const CREDIT_BATCH: usize = 1024;
 /// Above this many spare references a handle gives back all but `CREDIT_BATCH`.
 const CREDIT_HIGH: usize = 4 * CREDIT_BATCH;
-/// Taken chains a handle keeps whole, queued behind the one it allocates from, before it
-/// reverses further ones onto its cache. Reserved up front: splicing never allocates.
-const SPLICE_CHAINS: usize = 8;
-
-/// Where the chain in `Local::taken` came from, for the stats.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Source {
-    Own,
-    Overflow,
-}
 
 /// A handle's thread-local state. Reached through a raw pointer both from its [`PoolHandle`]
 /// and from `Skb` drops on the same thread; a `&mut Local` is only ever formed for the span of
@@ -60,11 +53,16 @@ pub(crate) struct Local {
     slot: NonNull<OwnerSlot>,
     id: u16,
     cache: Fifo<Frame>,
+    /// Frames its defer list sent home, as metadata addresses in the order they were freed,
+    /// handed out once the cache is empty: kept as addresses, a drain writes nothing into the
+    /// frames (their lines are in the freeing core's cache until each is allocated). Reserved
+    /// for a whole defer list up front; a drain that finds it full links the rest behind the
+    /// cache.
+    returned: VecDeque<usize>,
+    /// The chain last taken from the overflow list (plain frames, linked through their own
+    /// metadata), allocated from once the cache is empty: walked one frame per allocation
+    /// instead of all at once.
     taken: Chain<Frame>,
-    taken_src: Source,
-    /// Further taken chains, whole (newest last), allocated from once `taken` runs out: a
-    /// drain while `taken` is still in use costs O(1), not a walk of the new chain.
-    spliced: Vec<(Chain<Frame>, Source)>,
     outgoing: Box<[Fifo<Frame>]>,
     dirty: Box<[u64]>,
     credits: usize,
@@ -94,7 +92,7 @@ impl Local {
         }
         let frame = match self.cache.pop_front() {
             Some(f) => f,
-            None => match self.pop_taken() {
+            None => match self.pop_returned().or_else(|| self.pop_taken()) {
                 Some(f) => f,
                 None => self.refill()?,
             },
@@ -140,71 +138,58 @@ impl Local {
     }
 
     #[inline]
+    fn pop_returned(&mut self) -> Option<Frame> {
+        let a = self.returned.pop_front()?;
+        // SAFETY: `returned` holds only entries of free frames of this pool, each once.
+        Some(Frame(unsafe {
+            NonNull::new_unchecked(a as *mut FrameMeta)
+        }))
+    }
+
+    #[inline]
     fn pop_taken(&mut self) -> Option<Frame> {
-        let f = match self.taken.pop() {
-            Some(f) => f,
-            None => self.next_spliced()?,
-        };
-        match self.taken_src {
-            Source::Own => self.stats.drained += 1,
-            Source::Overflow => self.stats.overflow_taken += 1,
-        }
+        let f = self.taken.pop()?;
+        self.stats.overflow_taken += 1;
         Some(f)
     }
 
-    /// Makes the oldest queued spliced chain the taken chain and pops from it.
-    #[cold]
-    fn next_spliced(&mut self) -> Option<Frame> {
-        if self.spliced.is_empty() {
-            return None;
-        }
-        let (chain, src) = self.spliced.remove(0);
-        self.taken = chain;
-        self.taken_src = src;
-        self.taken.pop()
-    }
-
-    /// Puts a freshly taken chain where allocation finds it, in O(1): as the taken chain if that
-    /// is empty, else queued whole behind it (up to `SPLICE_CHAINS`); only past that is it
-    /// reversed onto the cache.
-    fn splice(&mut self, chain: Chain<Frame>, src: Source) {
-        if chain.is_empty() {
-            return;
-        }
-        if self.taken.is_empty() && self.spliced.is_empty() {
-            self.taken = chain;
-            self.taken_src = src;
-        } else if self.spliced.len() < SPLICE_CHAINS {
-            self.spliced.push((chain, src));
-        } else {
-            let mut fifo = chain.reverse();
-            match src {
-                Source::Own => self.stats.drained += fifo.len() as u64,
-                Source::Overflow => self.stats.overflow_taken += fifo.len() as u64,
-            }
-            self.cache.append(&mut fifo);
-        }
-    }
-
-    /// `skb_defer_free_flush` for this owner. Returns whether frames were found.
+    /// `skb_defer_free_flush` for this owner. Returns whether frames were found. They go behind
+    /// the cache, in the order they were freed (frames sent home were freed after those the
+    /// cache holds, and a pool whose frames keep their order keeps them at the stride the
+    /// hardware prefetcher follows).
     fn drain_own(&mut self) -> bool {
-        let chain = self.slot().drain();
-        if chain.is_empty() {
+        let heads = self.slot().drain();
+        if heads.is_empty() {
             return false;
         }
         self.stats.drains += 1;
-        self.splice(chain, Source::Own);
+        let mut addr = [0usize; packed::MAX_PACK];
+        for head in heads.reverse() {
+            // SAFETY: an owner slot's list holds only packed heads of this pool, taken whole.
+            let n = unsafe { packed::unpack(head, &mut addr) };
+            self.stats.drained += n as u64;
+            let room = (self.returned.capacity() - self.returned.len()).min(n);
+            self.returned.extend(&addr[..room]);
+            for &a in &addr[room..n] {
+                // SAFETY: an entry of a free frame of the batch, each once.
+                self.cache.push_back(Frame(unsafe {
+                    NonNull::new_unchecked(a as *mut FrameMeta)
+                }));
+            }
+        }
         true
     }
 
     #[cold]
     fn refill(&mut self) -> Option<Frame> {
         if self.drain_own() {
-            return self.pop_taken();
+            return self.cache.pop_front().or_else(|| self.pop_returned());
         }
+        // Only a dry handle refills: the cache and the taken chain are both empty.
         let overflow = self.pool().overflow.take_all();
         if !overflow.is_empty() {
-            self.splice(overflow, Source::Overflow);
+            debug_assert!(self.taken.is_empty());
+            self.taken = overflow;
             return self.pop_taken();
         }
         let batch = self
@@ -225,8 +210,11 @@ impl Local {
         let pool = unsafe { pool.as_ref() };
         for slot in pool.slots.iter().filter(|s| !s.is_claimed()) {
             if !slot.looks_empty() {
-                self.splice(slot.drain(), Source::Own);
-                if let Some(f) = self.pop_taken() {
+                // SAFETY: an owner slot's list holds only packed heads of this pool.
+                let mut frames = unsafe { packed::unpack_oldest_first(slot.drain()) };
+                if let Some(f) = frames.pop_front() {
+                    self.stats.drained += 1 + frames.len() as u64;
+                    self.cache.append(&mut frames);
                     return Some(f);
                 }
             }
@@ -317,10 +305,11 @@ impl Local {
         let pool = self.pool;
         // SAFETY: our handle's reference keeps the pool alive; the borrow is not tied to self.
         let pool = unsafe { pool.as_ref() };
-        match pool
-            .slot(owner)
-            .defer(batch, k, pool.cfg.defer_max, &pool.overflow)
-        {
+        // SAFETY: the batch's frames are free frames of this pool, ours alone, given up here.
+        match unsafe {
+            pool.slot(owner)
+                .defer(batch, k, pool.cfg.defer_max, &pool.overflow)
+        } {
             Deferred::Overflow => {
                 self.stats.overflow += k as u64;
                 None
@@ -350,11 +339,12 @@ impl Local {
     /// Empties everything this handle holds into the depot (the handle is going away).
     fn give_back_frames(&mut self) {
         let mut all = core::mem::take(&mut self.cache);
-        all.append(&mut core::mem::take(&mut self.taken).reverse());
-        for (chain, _) in self.spliced.drain(..) {
-            all.append(&mut chain.reverse());
+        while let Some(f) = self.pop_returned() {
+            all.push_back(f);
         }
-        all.append(&mut self.slot().drain().reverse());
+        all.append(&mut core::mem::take(&mut self.taken).reverse());
+        // SAFETY: an owner slot's list holds only packed heads of this pool.
+        all.append(&mut unsafe { packed::unpack_oldest_first(self.slot().drain()) });
         if !all.is_empty() {
             self.pool()
                 .depot
@@ -493,9 +483,8 @@ impl PoolHandle {
             slot: NonNull::from(slot),
             id: id as u16,
             cache: Fifo::new(),
+            returned: VecDeque::with_capacity(inner.cfg.defer_max.max(packed::MAX_PACK)),
             taken: Chain::new(),
-            taken_src: Source::Own,
-            spliced: Vec::with_capacity(SPLICE_CHAINS),
             outgoing: (0..owners).map(|_| Fifo::new()).collect(),
             dirty: vec![0; owners.div_ceil(64)].into_boxed_slice(),
             credits: 0,

@@ -12,9 +12,13 @@
 //! batch of 16 costs two miss latencies instead of sixteen, and the leaves' lines are fetched
 //! when they are allocated, by stores that need not wait.
 //!
-//! Only the per-CPU defer lists hold packed heads; everything else (the overflow list, the
-//! depot, the owner slots, the caches) holds plain frames. `percpu.rs` unpacks at every place
-//! that takes a CPU's defer list, and before a packed batch would go to the overflow list.
+//! The defer lists hold packed heads, the per-CPU ones and the owner slots' (a handle's batch
+//! is packed by `OwnerSlot::defer`); everything else (the overflow list, the depot, the caches)
+//! holds plain frames. Every place that takes a defer list unpacks (`percpu.rs`, `handle.rs`),
+//! and a packed batch bound for the overflow list is unpacked first. A handle's drain hands its
+//! frames out in the order they were freed (`unpack_oldest_first` gives that order), as the
+//! per-CPU caches do: frames circulate in the order they left, at the stride the hardware
+//! prefetcher follows.
 //!
 //! This file owns the layout of a packed batch only; it must not touch a frame's state word,
 //! and writes links only where it hands a batch's frames out as a plain list (`unpack_into`,
@@ -22,7 +26,7 @@
 
 use core::ptr::NonNull;
 
-use llist_defer::Fifo;
+use llist_defer::{Chain, Fifo};
 
 use crate::meta::{Frame, FrameMeta, SkbMeta};
 
@@ -172,6 +176,44 @@ pub(crate) unsafe fn unpack_all(heads: impl IntoIterator<Item = Frame>) -> Fifo<
         unsafe { unpack_into(h, &mut out) };
     }
     out
+}
+
+/// Packs a plain batch of free frames (in the order they were freed) into heads of at most
+/// [`MAX_PACK`] frames each, for an owner slot's defer list: the newest chunk's head first, so
+/// that [`unpack_oldest_first`] of what a drain takes hands every frame back in the order it
+/// was freed.
+///
+/// # Safety
+///
+/// Every frame of `batch` is a free frame of one live pool that the caller holds exclusively.
+pub(crate) unsafe fn pack_fifo(mut batch: Fifo<Frame>) -> Fifo<Frame> {
+    let mut heads = Fifo::new();
+    let mut addr = [0usize; MAX_PACK];
+    loop {
+        let mut n = 0;
+        while n < MAX_PACK {
+            let Some(f) = batch.pop_front() else { break };
+            addr[n] = f.0.as_ptr() as usize;
+            n += 1;
+        }
+        if n == 0 {
+            return heads;
+        }
+        // SAFETY: forwarded contract: `n` ≥ 1 free frames we hold, each once.
+        heads.push_front(unsafe { pack(&addr[..n]) });
+    }
+}
+
+/// Every frame of a chain of packed heads taken whole from an owner slot's defer list (newest
+/// send first, as the list holds them, each send's heads as [`pack_fifo`] ordered them), as a
+/// plain FIFO in the order the frames were freed.
+///
+/// # Safety
+///
+/// As [`unpack_all`].
+pub(crate) unsafe fn unpack_oldest_first(heads: Chain<Frame>) -> Fifo<Frame> {
+    // SAFETY: forwarded contract.
+    unsafe { unpack_all(heads.reverse()) }
 }
 
 #[cfg(all(test, not(lockless_loom)))]

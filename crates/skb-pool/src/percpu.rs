@@ -6,9 +6,12 @@
 //! allocates from the cache of the CPU it runs on and stamps the frame with that home CPU. Dropping
 //! the frame on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer
 //! list (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
-//! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when kicked or when its
-//! cache is dry, taking what the cache has room for (the newest batches stay on the list,
-//! still packed, for the next drain or another CPU's probe, rather than spill into the depot). Remote frees travel in batches, packed (`packed.rs`): the home CPU learns a
+//! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when its cache is
+//! dry, or when kicked and the cache is at most half full, taking what the cache has room for
+//! (the newest batches stay on the list, still packed, for the next drain or another CPU's
+//! probe, rather than spill into the depot). A kicked drain puts the drained frames beneath
+//! those the cache still holds, which were freed before them. Remote frees travel in batches,
+//! packed (`packed.rs`): the home CPU learns a
 //! batch's addresses from a few metadata lines and pushes them into its cache with one critical
 //! section, instead of walking a chain of frames another core wrote, one dependent miss a frame.
 //! A batch gathers on the freeing CPU: in an rseq pool on that CPU's stack for the home CPU
@@ -961,7 +964,12 @@ impl PoolInner {
             got = self.probe_cpus();
         }
         if got.is_empty() {
-            got = first_drained(self.slots.iter().filter(|s| !s.is_claimed())).reverse();
+            // SAFETY: an owner slot's list holds only packed heads of this pool.
+            got = unsafe {
+                packed::unpack_oldest_first(first_drained(
+                    self.slots.iter().filter(|s| !s.is_claimed()),
+                ))
+            };
         }
         if got.is_empty() {
             got = self.take_outgoing();

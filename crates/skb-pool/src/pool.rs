@@ -433,10 +433,11 @@ impl PoolInner {
                 remote_frees: 1,
                 ..HandleStats::default()
             };
-            let wake = match pool
-                .slot(owner)
-                .defer(one, 1, pool.cfg.defer_max, &pool.overflow)
-            {
+            // SAFETY: the frame is free, ours alone, and given up here.
+            let wake = match unsafe {
+                pool.slot(owner)
+                    .defer(one, 1, pool.cfg.defer_max, &pool.overflow)
+            } {
                 Deferred::Overflow => {
                     s.overflow = 1;
                     None

@@ -45,6 +45,7 @@ use crossbeam_utils::CachePadded;
 use llist_defer::{Chain, Fifo, LList};
 
 use crate::meta::Frame;
+use crate::packed;
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, fence, thread};
 
 /// An owner's wake callback: unpark its thread, write its eventfd, … (the kernel's IPI).
@@ -157,18 +158,28 @@ impl OwnerSlot {
         self.remote.count.load(Ordering::Relaxed)
     }
 
-    /// `skb_attempt_defer_free` for a batch of `k ≥ 1` frames, all owned by this slot.
-    pub(crate) fn defer(
+    /// `skb_attempt_defer_free` for a plain batch of `k ≥ 1` frames (in the order they were
+    /// freed), all owned by this slot: packed onto the list (`packed.rs`), or plain onto the
+    /// overflow list.
+    ///
+    /// # Safety
+    ///
+    /// Every frame of `batch` is a free frame of this slot's pool, held exclusively by the
+    /// caller, which gives them up.
+    pub(crate) unsafe fn defer(
         &self,
         batch: Fifo<Frame>,
         k: usize,
         defer_max: usize,
         overflow: &LList<Frame>,
     ) -> Deferred {
-        match self.try_defer(batch, k, defer_max) {
+        // SAFETY: the caller's contract.
+        let heads = unsafe { packed::pack_fifo(batch) };
+        match self.try_defer(heads, k, defer_max) {
             Ok(kick) => Deferred::Queued(kick),
-            Err(batch) => {
-                overflow.add_batch(batch);
+            Err(heads) => {
+                // SAFETY: heads we just packed and still hold.
+                overflow.add_batch(unsafe { packed::unpack_all(heads) });
                 Deferred::Overflow
             }
         }

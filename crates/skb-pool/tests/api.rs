@@ -544,6 +544,51 @@ fn batched_remote_frees_through_a_handle() {
 }
 
 #[test]
+fn frames_sent_home_to_a_handle_come_back_in_the_order_they_were_freed() {
+    let pool = Pool::builder()
+        .frame_count(256)
+        .defer_max(128)
+        .remote_batch(8)
+        .build()
+        .unwrap();
+    let mut owner = pool.handle().unwrap();
+    let mut skbs: Vec<Option<skb_pool::Skb>> =
+        (0..48).map(|_| Some(owner.alloc().unwrap())).collect();
+    let held = pool.stats().free; // the rest: in the owner's cache or the depot
+    // Freed on another thread's handle in a scrambled order (7 is coprime with 48), so six
+    // batches of eight go home, each with a single `add_batch`.
+    let order: Vec<usize> = (0..48).map(|i| i * 7 % 48).collect();
+    let freed: Vec<u64> = order
+        .iter()
+        .map(|&i| skbs[i].as_ref().unwrap().frame_addr())
+        .collect();
+    let p2 = pool.clone();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut freer = p2.handle().unwrap();
+            for &i in &order {
+                drop(skbs[i].take());
+            }
+            freer.flush_frees();
+        });
+    });
+    // One drain takes all six batches (newest first on the list); the owner hands their frames
+    // out after what its cache held, oldest free first: frames keep circulating in the order
+    // they were handed out. Taken as the list holds them, the batches would come newest first.
+    assert!(owner.flush_remote());
+    let again: Vec<_> = (0..held + 48).map(|_| owner.alloc().unwrap()).collect();
+    let got: Vec<u64> = again
+        .iter()
+        .map(|s| s.frame_addr())
+        .filter(|a| freed.contains(a))
+        .collect();
+    assert_eq!(got, freed);
+    drop(again);
+    drop(owner);
+    assert_eq!(pool.stats().free, 256);
+}
+
+#[test]
 fn bulk_alloc_and_free() {
     let pool = small(64);
     let mut h = pool.handle().unwrap();
