@@ -32,7 +32,7 @@ use std::sync::PoisonError;
 use llist_defer::{Chain, Fifo};
 
 use crate::error::{AddrError, PoolError};
-use crate::meta::{Frame, FrameMeta};
+use crate::meta::{ALLOC_AHEAD, Frame, FrameMeta};
 use crate::packed;
 use crate::pool::{Pool, PoolInner};
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
@@ -140,6 +140,11 @@ impl Local {
     #[inline]
     fn pop_returned(&mut self) -> Option<Frame> {
         let a = self.returned.pop_front()?;
+        // The frame `ALLOC_AHEAD` allocations on: its metadata line is in the freeing core's
+        // cache, and `init` writes it (see `meta::ALLOC_AHEAD`).
+        if let Some(&next) = self.returned.get(ALLOC_AHEAD) {
+            llist_defer::hint::prefetch_write(next as *const FrameMeta);
+        }
         // SAFETY: `returned` holds only entries of free frames of this pool, each once.
         Some(Frame(unsafe {
             NonNull::new_unchecked(a as *mut FrameMeta)

@@ -76,6 +76,14 @@ pub(crate) struct SkbMeta {
     pub(crate) flags: u8,
 }
 
+/// How many allocations ahead a cache asks for the metadata line of the frame it will hand
+/// out then, for a write (`PREFETCHW`): a frame sent home was freed on another core, which holds
+/// its line, and the allocation's `init` would otherwise wait for it (in `perf`, most of a
+/// producer's time at the first read of the fresh `Skb` in the slow cross-core state). Four
+/// frames of a producer's work cover a transfer on this machine's fast state and part of one on
+/// its slow state.
+pub(crate) const ALLOC_AHEAD: usize = 4;
+
 /// One frame's side-array entry: one cache line, the link first so that a pointer to the entry
 /// is a pointer to its link.
 #[repr(C, align(64))]

@@ -309,7 +309,9 @@ mod imp {
     }
 
     /// Pops the top item of a per-CPU cache if the count (low 32 bits of `*word`) is not zero,
-    /// committing `*word += delta`.
+    /// committing `*word += delta`, and asks for the line of the item
+    /// [`ALLOC_AHEAD`](crate::meta::ALLOC_AHEAD) below it for a write (the frame the cache hands
+    /// out that many pops later).
     ///
     /// # Safety
     ///
@@ -325,8 +327,9 @@ mod imp {
     ) -> (Status, usize) {
         let st: u32;
         let item: usize;
-        // SAFETY: the caller's contract; the section reads `*word`, `items[count - 1]` and
-        // `*dying`, writes only `*word` (its commit) and `area->rseq_cs`, and a preempted,
+        // SAFETY: the caller's contract; the section reads `*word`, `items[count - 1]`,
+        // `items[count - 1 - ALLOC_AHEAD]` (when `count` is larger; an address it only
+        // prefetches) and `*dying`, writes only `*word` (its commit) and `area->rseq_cs`, and a preempted,
         // migrated or signalled thread is sent to the abort label instead of committing.
         unsafe {
             section!(
@@ -336,12 +339,22 @@ mod imp {
                 "jz 9f",
                 "movl {w:e}, {tmp:e}",
                 "movq -8({items},{tmp},8), {item}",
+                // Ask for the line of the item `ALLOC_AHEAD` below for a write (a hint: an
+                // abort after it changes nothing).
+                "cmpl ${ahead}, {tmp:e}",
+                "jbe 12f",
+                "movq -{below}({items},{tmp},8), {pf}",
+                "prefetchw ({pf})",
+                "12:",
                 "addq {delta}, {w}",
                 "movq {w}, ({word})",
                 ;
                 items = in(reg) c.items,
                 delta = in(reg) delta,
                 item = inout(reg) 0usize => item,
+                pf = out(reg) _,
+                ahead = const crate::meta::ALLOC_AHEAD,
+                below = const 8 * (crate::meta::ALLOC_AHEAD + 1),
             );
         }
         (status(st), item)
