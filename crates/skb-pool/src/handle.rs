@@ -12,9 +12,9 @@
 //! Dropping an [`Skb`] looks up the calling thread's handle for the frame's pool (a short
 //! thread-local list, usually of one). On the owner's thread the frame goes into the cache. On
 //! another thread with a handle it joins that handle's batch for the owner, packed and pushed
-//! with one `add_batch` when it reaches `remote_batch` frames, on [`PoolHandle::flush_frees`], and when
-//! that handle is dropped (snmalloc's message batching). On a thread without a handle it is
-//! deferred alone, exactly as the kernel does it.
+//! with one `add_batch` when it reaches `remote_batch` frames, on [`PoolHandle::flush_frees`],
+//! and when that handle is dropped (snmalloc's message batching). On a thread without a handle
+//! it is deferred alone, exactly as the kernel does it.
 //!
 //! # Why `!Send`
 //!
