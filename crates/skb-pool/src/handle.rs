@@ -84,7 +84,8 @@ impl Local {
         unsafe { self.slot.as_ref() }
     }
 
-    /// The allocation path: poll the kick, pop the cache or the taken chain, else refill.
+    /// The allocation path: poll the kick, pop the cache, the returned frames or the taken
+    /// chain, else refill.
     #[inline]
     fn alloc_frame(&mut self) -> Option<Frame> {
         if self.slot().is_pending() {
@@ -190,7 +191,8 @@ impl Local {
         if self.drain_own() {
             return self.cache.pop_front().or_else(|| self.pop_returned());
         }
-        // Only a dry handle refills: the cache and the taken chain are both empty.
+        // Only a dry handle refills: the cache, the returned frames and the taken chain are all
+        // empty.
         let overflow = self.pool().overflow.take_all();
         if !overflow.is_empty() {
             debug_assert!(self.taken.is_empty());
