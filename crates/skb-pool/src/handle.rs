@@ -169,21 +169,26 @@ impl Local {
             return false;
         }
         self.stats.drains += 1;
-        let mut addr = [0usize; packed::MAX_PACK];
-        for head in heads.reverse() {
-            // SAFETY: an owner slot's list holds only packed heads of this pool, taken whole.
-            let n = unsafe { packed::unpack(head, &mut addr) };
-            self.stats.drained += n as u64;
-            let room = (self.returned.capacity() - self.returned.len()).min(n);
-            self.returned.extend(&addr[..room]);
-            for &a in &addr[room..n] {
-                // SAFETY: an entry of a free frame of the batch, each once.
-                self.cache.push_back(Frame(unsafe {
-                    NonNull::new_unchecked(a as *mut FrameMeta)
-                }));
-            }
-        }
+        self.take_home(heads);
         true
+    }
+
+    /// Puts the frames of a defer list taken whole (from this handle's slot or a vacant one)
+    /// into `returned`, in the order they were freed, counted as drained.
+    fn take_home(&mut self, heads: Chain<Frame>) {
+        let (returned, cache, stats) = (&mut self.returned, &mut self.cache, &mut self.stats);
+        // SAFETY: an owner slot's list holds only packed heads of this pool, taken whole.
+        unsafe {
+            packed::unpack_each_oldest_first(heads, |batch| {
+                stats.drained += batch.len() as u64;
+                let room = (returned.capacity() - returned.len()).min(batch.len());
+                returned.extend(&batch[..room]);
+                for &a in &batch[room..] {
+                    // SAFETY: an entry of a free frame of the batch, each once.
+                    cache.push_back(Frame(NonNull::new_unchecked(a as *mut FrameMeta)));
+                }
+            })
+        };
     }
 
     #[cold]
@@ -217,11 +222,8 @@ impl Local {
         let pool = unsafe { pool.as_ref() };
         for slot in pool.slots.iter().filter(|s| !s.is_claimed()) {
             if !slot.looks_empty() {
-                // SAFETY: an owner slot's list holds only packed heads of this pool.
-                let mut frames = unsafe { packed::unpack_oldest_first(slot.drain()) };
-                if let Some(f) = frames.pop_front() {
-                    self.stats.drained += 1 + frames.len() as u64;
-                    self.cache.append(&mut frames);
+                self.take_home(slot.drain());
+                if let Some(f) = self.cache.pop_front().or_else(|| self.pop_returned()) {
                     return Some(f);
                 }
             }
@@ -346,8 +348,11 @@ impl Local {
     /// Empties everything this handle holds into the depot (the handle is going away).
     fn give_back_frames(&mut self) {
         let mut all = core::mem::take(&mut self.cache);
-        while let Some(f) = self.pop_returned() {
-            all.push_back(f);
+        for a in self.returned.drain(..) {
+            // SAFETY: `returned` holds only entries of free frames of this pool, each once.
+            all.push_back(Frame(unsafe {
+                NonNull::new_unchecked(a as *mut FrameMeta)
+            }));
         }
         all.append(&mut core::mem::take(&mut self.taken).reverse());
         // SAFETY: an owner slot's list holds only packed heads of this pool.

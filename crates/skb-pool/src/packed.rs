@@ -216,6 +216,21 @@ pub(crate) unsafe fn unpack_oldest_first(heads: Chain<Frame>) -> Fifo<Frame> {
     unsafe { unpack_all(heads.reverse()) }
 }
 
+/// [`unpack_oldest_first`] as addresses, linking nothing: calls `each` with the metadata
+/// addresses of every batch, oldest batch first.
+///
+/// # Safety
+///
+/// As [`unpack_all`].
+pub(crate) unsafe fn unpack_each_oldest_first(heads: Chain<Frame>, mut each: impl FnMut(&[usize])) {
+    let mut addr = [0usize; MAX_PACK];
+    for head in heads.reverse() {
+        // SAFETY: forwarded contract.
+        let n = unsafe { unpack(head, &mut addr) };
+        each(&addr[..n]);
+    }
+}
+
 #[cfg(all(test, not(lockless_loom)))]
 mod tests {
     use super::*;

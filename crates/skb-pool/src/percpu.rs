@@ -69,7 +69,7 @@ use crate::outgoing::{Full, Outgoing};
 use crate::outstack::OutStacks;
 use crate::packed;
 use crate::pool::PoolInner;
-use crate::remote::{Kick, OwnerSlot, Wake};
+use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Counter, Ordering, current_cpu, thread};
 
 /// Which per-CPU cache implementation a pool uses ([`PoolBuilder::per_cpu`]).
@@ -634,13 +634,12 @@ impl PerCpuState {
             mode: self.mode,
             cache_cap: self.cap,
             cpus: self
-                .caches
+                .slots
                 .iter()
-                .zip(self.slots.iter())
                 .zip(self.out.iter())
                 .enumerate()
-                .map(|(cpu, ((c, s), o))| CpuCacheStats {
-                    cached: c.word.load(Ordering::Relaxed) as u32 as usize,
+                .map(|(cpu, (s, o))| CpuCacheStats {
+                    cached: self.cached(cpu),
                     deferred: s.count(),
                     outgoing: o.len() + self.stacks.len_on(cpu),
                     has_deferred: !s.looks_empty(),
@@ -821,15 +820,9 @@ impl PoolInner {
                 .map(|&a| Frame(unsafe { NonNull::new_unchecked(a as *mut FrameMeta) }))
                 .collect(),
         );
-        // The references the pops gave them. The caller's `Pool` holds another, so this is
-        // never the last.
-        match pc.run(None, Op::Add(DROP_REF.wrapping_mul(rest.len() as u64))) {
-            Res::Done(..) => {}
-            Res::Refused(_) | Res::NotHere | Res::NoCache => {
-                // SAFETY: the references are ours to drop, and not the last (above).
-                unsafe { PoolInner::release(NonNull::from(self), rest.len()) }
-            }
-        }
+        // SAFETY: the references the pops gave them are ours to drop; the caller's `Pool`
+        // holds another, so they are not the last and the pool stays alive.
+        unsafe { PoolInner::drop_refs(NonNull::from(self), rest.len()) };
     }
 
     /// Drains CPU `cpu`'s defer list into this CPU's cache: the newest batches beyond the
@@ -1472,7 +1465,8 @@ impl PoolInner {
     ///
     /// # Safety
     ///
-    /// The caller owns `k` references to the pool at `this` and does not use it after.
+    /// The caller owns `k` references to the pool at `this`, and does not use the pool after
+    /// unless it holds another reference besides them.
     unsafe fn drop_refs(this: NonNull<PoolInner>, k: usize) {
         // SAFETY: the caller's references keep the pool alive for this attempt; if it commits,
         // they went with it and the pool is not touched again.
@@ -1491,15 +1485,12 @@ impl PoolInner {
     fn send_home(&self, full: Full) {
         self.percpu.counters().sends.add(1);
         let slot = &self.percpu.slots[full.home as usize];
-        let wake = match slot.try_defer(full.heads, full.n, self.cfg.defer_max) {
-            Ok(Kick::Won(w)) => w,
-            Ok(Kick::None | Kick::AlreadyPending) => None,
-            Err(heads) => {
-                // SAFETY: packed heads of this pool that we hold whole.
-                self.overflow
-                    .add_batch(unsafe { packed::unpack_all(heads) });
-                None
-            }
+        // SAFETY: a `Full` holds packed heads of free frames of this pool, given up to us.
+        let wake = match unsafe {
+            slot.defer_packed(full.heads, full.n, self.cfg.defer_max, &self.overflow)
+        } {
+            Deferred::Queued(Kick::Won(w)) => w,
+            Deferred::Queued(Kick::None | Kick::AlreadyPending) | Deferred::Overflow => None,
         };
         if let Some(w) = wake {
             w();

@@ -159,8 +159,8 @@ impl OwnerSlot {
     }
 
     /// `skb_attempt_defer_free` for a plain batch of `k ≥ 1` frames (in the order they were
-    /// freed), all owned by this slot: packed onto the list (`packed.rs`), or plain onto the
-    /// overflow list.
+    /// freed), all owned by this slot: packed (`packed.rs`), then as
+    /// [`defer_packed`](Self::defer_packed).
     ///
     /// # Safety
     ///
@@ -175,46 +175,50 @@ impl OwnerSlot {
     ) -> Deferred {
         // SAFETY: the caller's contract.
         let heads = unsafe { packed::pack_fifo(batch) };
-        match self.try_defer(heads, k, defer_max) {
-            Ok(kick) => Deferred::Queued(kick),
-            Err(heads) => {
-                // SAFETY: heads we just packed and still hold.
-                overflow.add_batch(unsafe { packed::unpack_all(heads) });
-                Deferred::Overflow
-            }
-        }
+        // SAFETY: heads we just packed, of free frames we gave up.
+        unsafe { self.defer_packed(heads, k, defer_max, overflow) }
     }
 
-    /// [`defer`](Self::defer) of `batch`, nodes standing for `k ≥ 1` frames in all (a CPU's
-    /// packed heads), except that a batch bound for the overflow list comes back to the caller
-    /// (counted as `defer` counts it), to go there in the form the overflow list holds.
-    pub(crate) fn try_defer(
+    /// `skb_attempt_defer_free` for packed heads standing for `k ≥ 1` frames in all, all owned
+    /// by this slot: onto the list, or (at or over `defer_max`, deferral disabled, the owner
+    /// gone) unpacked onto the overflow list, which holds plain frames.
+    ///
+    /// # Safety
+    ///
+    /// Every node of `heads` is the head of a packed batch of free frames of this slot's pool,
+    /// held whole by the caller, which gives them up.
+    pub(crate) unsafe fn defer_packed(
         &self,
-        batch: Fifo<Frame>,
+        heads: Fifo<Frame>,
         k: usize,
         defer_max: usize,
-    ) -> Result<Kick, Fifo<Frame>> {
+        overflow: &LList<Frame>,
+    ) -> Deferred {
         let r = &*self.remote;
         if defer_max <= 1 || !r.claimed.load(Ordering::Relaxed) {
-            return Err(batch);
+            // SAFETY: the caller's contract.
+            overflow.add_batch(unsafe { packed::unpack_all(heads) });
+            return Deferred::Overflow;
         }
         // Acquire: pairs with the drain's Release reset, so a free counted in a new cycle is
         // ordered after the drain's `pending` clear (see the module docs).
         let prev = r.count.fetch_add(k, Ordering::Acquire);
         let n = prev + k;
         if n >= defer_max {
-            return Err(batch);
+            // SAFETY: the caller's contract.
+            overflow.add_batch(unsafe { packed::unpack_all(heads) });
+            return Deferred::Overflow;
         }
-        r.list.add_batch(batch);
+        r.list.add_batch(heads);
         if !self.for_cpu {
             self.unpark_owner();
         }
         let half = defer_max / 2;
-        if prev <= half && n > half {
-            Ok(self.kick())
+        Deferred::Queued(if prev <= half && n > half {
+            self.kick()
         } else {
-            Ok(Kick::None)
-        }
+            Kick::None
+        })
     }
 
     /// `kick_defer_list_purge`: one wake per fill cycle, guarded by `pending`.
@@ -289,7 +293,7 @@ impl OwnerSlot {
             return;
         }
         let r = &*self.remote;
-        // Acquire: as in `try_defer`.
+        // Acquire: as in `defer_packed`.
         r.count.fetch_add(k, Ordering::Acquire);
         r.list.add_batch(batch);
     }
