@@ -178,6 +178,30 @@ pub(crate) unsafe fn unpack_all(heads: impl IntoIterator<Item = Frame>) -> Fifo<
     out
 }
 
+/// Every frame of one send's packed heads (a single head, or heads as [`pack_fifo`] orders
+/// them, newest chunk first), newest first: what the shared overflow list, a LIFO that a
+/// per-CPU refill takes whole and reverses, must be given for the refill to see the frames in
+/// the order they were freed.
+///
+/// # Safety
+///
+/// As [`unpack_all`].
+pub(crate) unsafe fn unpack_newest_first(heads: impl IntoIterator<Item = Frame>) -> Fifo<Frame> {
+    let mut out = Fifo::new();
+    let mut addr = [0usize; MAX_PACK];
+    for h in heads {
+        // SAFETY: forwarded contract.
+        let n = unsafe { unpack(h, &mut addr) };
+        for &a in addr[..n].iter().rev() {
+            // SAFETY: every address is an entry of a free frame of the batch, each once.
+            out.push_back(Frame(unsafe {
+                NonNull::new_unchecked(a as *mut FrameMeta)
+            }));
+        }
+    }
+    out
+}
+
 /// Packs a plain batch of free frames (in the order they were freed) into heads of at most
 /// [`MAX_PACK`] frames each, for an owner slot's defer list: the newest chunk's head first, so
 /// that [`unpack_oldest_first`] of what a drain takes hands every frame back in the order it

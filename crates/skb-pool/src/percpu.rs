@@ -7,7 +7,8 @@
 //! the frame on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer
 //! list (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
 //! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when its cache is
-//! dry, or when kicked and the cache is at most half full, taking what the cache has room for
+//! dry, or when kicked and the cache is at most half full or has room for the whole list, taking
+//! what the cache has room for
 //! (the newest batches stay on the list, still packed, for the next drain or another CPU's
 //! probe, rather than spill into the depot). A kicked drain puts the drained frames beneath
 //! those the cache still holds, which were freed before them. Remote frees travel in batches,
@@ -748,14 +749,17 @@ impl PoolInner {
     }
 
     /// Moves CPU `cpu`'s kicked defer list into its cache (`skb_defer_free_flush`), once the
-    /// cache has room for half of it: until then the kick stays pending and the next
-    /// allocation on `cpu` looks again (a full cache would take nothing, put the list back and
-    /// be kicked again by the next remote free).
+    /// cache is at most half full or has room for the whole list: until then the kick stays
+    /// pending and the next allocation on `cpu` looks again (a full cache would take nothing,
+    /// put the list back and be kicked again by the next remote free). Waiting for half a
+    /// cache alone let a list that would fit grow past `defer_max`, and the frames past it go
+    /// to the shared overflow list, out of the order the home hands its frames out in.
     #[cold]
     #[inline(never)]
     fn drain_cpu(&self, cpu: usize) {
         let pc = &self.percpu;
-        if pc.cached(cpu) > pc.cap / 2 {
+        let cached = pc.cached(cpu);
+        if cached > pc.cap / 2 && cached + pc.slots[cpu].count() > pc.cap {
             return;
         }
         pc.counters_at(cpu).drains.add(1);
@@ -928,6 +932,8 @@ impl PoolInner {
                 return Some(got);
             }
         }
+        // Every source below yields its frames oldest first (freed, or put in the depot,
+        // first), and `stash_oldest_on_top` keeps that order.
         let mut got = self.overflow.take_all().reverse();
         if got.is_empty() {
             // Refill by half a cache (plus the frame returned), and leave the rest of the
@@ -937,17 +943,10 @@ impl PoolInner {
             let mut depot = self.depot.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(mut batch) = depot.pop() {
                 let want = pc.cap.div_ceil(2) + 1;
-                // The first frame is returned, the rest stashed last first: the cache hands
-                // them out in the depot's order (address order, for a fresh pool).
-                if let Some(f) = batch.pop_front() {
+                while got.len() < want {
+                    let Some(f) = batch.pop_front() else { break };
                     got.push_back(f);
                 }
-                let mut rest = Fifo::new();
-                while rest.len() + 1 < want {
-                    let Some(f) = batch.pop_front() else { break };
-                    rest.push_front(f);
-                }
-                got.append(&mut rest);
                 if !batch.is_empty() {
                     depot.push(batch);
                 }
@@ -971,8 +970,38 @@ impl PoolInner {
             pc.counters_at(cpu).exhausted.add(1);
             return None;
         };
-        self.stash(got);
+        self.stash_oldest_on_top(got);
         Some(first)
+    }
+
+    /// Puts free frames (carrying no references, oldest first) into this CPU's cache so that
+    /// it hands them out in that order: the oldest `LIFT_MAX` (at most a cache) pushed newest
+    /// first, with one critical section in an rseq pool; the newer rest, and what does not
+    /// fit, to the depot in order. (Pushed as they come, a cache would hand each refill out
+    /// newest first, and the circulation would stay reversed from then on.)
+    fn stash_oldest_on_top(&self, mut frames: Fifo<Frame>) {
+        let mut addr = [0usize; LIFT_MAX];
+        let mut k = 0;
+        while k < addr.len().min(self.percpu.cap) {
+            let Some(f) = frames.pop_front() else { break };
+            addr[k] = f.0.as_ptr() as usize;
+            k += 1;
+        }
+        if !frames.is_empty() {
+            self.depot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(frames);
+        }
+        addr[..k].reverse();
+        let pushed = self.percpu.try_push_bulk(None, &addr[..k], PUSH_SPARE);
+        self.stash(
+            addr[pushed..k]
+                .iter()
+                // SAFETY: addresses of this pool's free frames the caller gave us, each once.
+                .map(|&a| Frame(unsafe { NonNull::new_unchecked(a as *mut FrameMeta) }))
+                .collect(),
+        );
     }
 
     /// Puts the frames of the packed batch at `head` (free, carrying no references) into this
@@ -1145,10 +1174,11 @@ impl PoolInner {
         got
     }
 
-    /// The frames of the first non-empty CPU defer list, unpacked (one probe per CPU).
+    /// The frames of the first non-empty CPU defer list, unpacked oldest first (one probe per
+    /// CPU).
     pub(crate) fn probe_cpus(&self) -> Fifo<Frame> {
         // SAFETY: a CPU's defer list holds only packed heads of this pool, taken whole here.
-        unsafe { packed::unpack_all(first_drained(self.percpu.slots.iter())) }
+        unsafe { packed::unpack_oldest_first(first_drained(self.percpu.slots.iter())) }
     }
 
     /// A remote free: into CPU `cpu`'s outgoing batch for `home` (the CPU the thread was seen
@@ -1312,10 +1342,13 @@ impl PoolInner {
                 break;
             };
             let mut buf = [0usize; packed::MAX_PACK];
-            // Frames taken from the stack into `buf` (each carrying a reference again).
-            let k = if rest.len() >= cap {
+            // Frames taken from the stack into `buf` (each carrying a reference again). A run of
+            // a whole batch goes straight home only past an empty stack: frames waiting there
+            // were freed first, and go first (overtaken, they would come home out of order).
+            let stacked = pc.stacks.len_of(cpu, home);
+            let k = if stacked == 0 && rest.len() >= cap {
                 0
-            } else if pc.stacks.len_of(cpu, home) + rest.len() < cap {
+            } else if stacked + rest.len() < cap {
                 // SAFETY: as in `percpu_free_stacked`; `rest` is valid for `rest.len()` reads.
                 let (st, k) = unsafe {
                     rseq::push_bulk(area, cpu, stack, rest.as_ptr(), rest.len(), PUSH_FREE)

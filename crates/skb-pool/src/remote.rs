@@ -197,7 +197,7 @@ impl OwnerSlot {
         let r = &*self.remote;
         if defer_max <= 1 || !r.claimed.load(Ordering::Relaxed) {
             // SAFETY: the caller's contract.
-            overflow.add_batch(unsafe { packed::unpack_all(heads) });
+            overflow.add_batch(unsafe { packed::unpack_newest_first(heads) });
             return Deferred::Overflow;
         }
         // Acquire: pairs with the drain's Release reset, so a free counted in a new cycle is
@@ -206,7 +206,7 @@ impl OwnerSlot {
         let n = prev + k;
         if n >= defer_max {
             // SAFETY: the caller's contract.
-            overflow.add_batch(unsafe { packed::unpack_all(heads) });
+            overflow.add_batch(unsafe { packed::unpack_newest_first(heads) });
             return Deferred::Overflow;
         }
         r.list.add_batch(heads);

@@ -214,6 +214,71 @@ fn frames_sent_home_come_back_in_the_order_they_were_freed() {
     }
 }
 
+/// A bulk free from another CPU that finds frames already waiting in its outgoing stack for the
+/// same home sends those first, topped up from its own run: a run of a whole batch or more
+/// sent straight home would overtake them (rseq pools; locked pools batch under a lock).
+#[test]
+fn a_bulk_free_sends_home_the_frames_already_stacked_before_its_own() {
+    if !skb_pool::rseq::SUPPORTED {
+        eprintln!("skipped: no rseq stacks on this target");
+        return;
+    }
+    // Remote batches of 16 (defer_max / 4), room for everything in CPU 0's cache.
+    let pool = pool_deferring(PerCpu::Rseq, 1024, 256, 64);
+    let mut skbs: Vec<Skb> = on_cpu(0, || (0..48).map(|_| pool.alloc().unwrap()).collect());
+    let freed: Vec<u64> = skbs.iter().map(Skb::frame_addr).collect();
+    let end = skbs.split_off(45);
+    let rest = skbs.split_off(5);
+    on_cpu(1, || {
+        Skb::free_bulk(skbs); // 5: they wait in CPU 1's stack for CPU 0
+        Skb::free_bulk(rest); // 40: more than a batch
+        Skb::free_bulk(end); // 3: completes the last batch
+    });
+    assert_eq!(pool.per_cpu_stats().cpus[0].deferred, 48);
+    // Frames sent home come back in the order they were freed (see the test below).
+    let again: Vec<Skb> = on_cpu(0, || (0..160).map(|_| pool.alloc().unwrap()).collect());
+    let got: Vec<u64> = again
+        .iter()
+        .map(Skb::frame_addr)
+        .filter(|a| freed.contains(a))
+        .collect();
+    assert_eq!(got, freed);
+    drop(again);
+    assert_eq!(pool.stats().free, 1024);
+}
+
+/// Frames that a dry cache refills from the overflow list (remote frees past `defer_max`) are
+/// handed out oldest first, as from the defer list: pushed onto the cache in the order they
+/// come, the refill would hand them out newest first.
+#[test]
+fn frames_refilled_from_the_overflow_list_come_back_in_the_order_they_were_freed() {
+    for mode in modes() {
+        // 64 frames, caches of 64 / 4 = 16, remote batches of 4, 16 deferred at most.
+        let pool = pool(mode, 64);
+        let skbs: Vec<Skb> = on_cpu(0, || (0..64).map(|_| pool.alloc().unwrap()).collect());
+        let freed: Vec<u64> = skbs.iter().map(Skb::frame_addr).collect();
+        // Freed on CPU 1 one by one: the first 12 or so onto CPU 0's defer list, the rest
+        // past defer_max onto the overflow list.
+        on_cpu(1, || {
+            for skb in skbs {
+                drop(skb);
+            }
+        });
+        let again: Vec<Skb> = on_cpu(0, || (0..64).map(|_| pool.alloc().unwrap()).collect());
+        // Positions in the free order, for the message.
+        let pos: Vec<Option<usize>> = again
+            .iter()
+            .map(|s| freed.iter().position(|&f| f == s.frame_addr()))
+            .collect();
+        assert!(
+            pos.iter().enumerate().all(|(i, &p)| p == Some(i)),
+            "{mode:?}: handed out in free order {pos:?}"
+        );
+        drop(again);
+        assert_eq!(pool.stats().free, 64, "{mode:?}");
+    }
+}
+
 #[test]
 fn a_kicked_drain_hands_out_what_the_cache_held_before_the_drained_frames() {
     for mode in modes() {
@@ -226,7 +291,8 @@ fn a_kicked_drain_hands_out_what_the_cache_held_before_the_drained_frames() {
         let before = pool.per_cpu_stats();
         assert_eq!(before.cpus[0].deferred, 24, "{mode:?}: {before:?}");
         let held = before.cpus[0].cached;
-        // Room for the drain (it waits while the cache is more than half full).
+        // Room for the drain (it waits while the cache is more than half full and the list
+        // does not fit).
         assert!(held > 0 && held <= 32, "{mode:?}: {before:?}");
         // The first allocation takes the top frame and notices the kick: the drained frames
         // were freed after everything the cache holds, so they come out after it, in the
