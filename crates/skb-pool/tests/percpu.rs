@@ -53,6 +53,17 @@ fn pool_deferring(mode: PerCpu, frames: usize, cache_max: usize, defer_max: usiz
         .unwrap()
 }
 
+/// Allocates `n` frames on CPU 0 and frees them again; returns the addresses of those among
+/// `freed`, in the order CPU 0 handed them out.
+fn handed_out_again(pool: &Pool, n: usize, freed: &[u64]) -> Vec<u64> {
+    let again: Vec<Skb> = on_cpu(0, || (0..n).map(|_| pool.alloc().unwrap()).collect());
+    again
+        .iter()
+        .map(Skb::frame_addr)
+        .filter(|a| freed.contains(a))
+        .collect()
+}
+
 #[test]
 fn auto_reports_rseq_on_x86_64_linux_and_locked_on_request() {
     let auto = Pool::builder().frame_count(64).build().unwrap();
@@ -202,14 +213,7 @@ fn frames_sent_home_come_back_in_the_order_they_were_freed() {
         // the drained frames out oldest free first, so the pool's circulation keeps the order
         // frames were handed out in (percpu.rs, `refill`). A LIFO refill would hand them out
         // newest first.
-        let again: Vec<Skb> = on_cpu(0, || (0..160).map(|_| pool.alloc().unwrap()).collect());
-        let got: Vec<u64> = again
-            .iter()
-            .map(Skb::frame_addr)
-            .filter(|a| freed.contains(a))
-            .collect();
-        assert_eq!(got, freed, "{mode:?}");
-        drop(again);
+        assert_eq!(handed_out_again(&pool, 160, &freed), freed, "{mode:?}");
         assert_eq!(pool.stats().free, 1024, "{mode:?}");
     }
 }
@@ -236,14 +240,7 @@ fn a_bulk_free_sends_home_the_frames_already_stacked_before_its_own() {
     });
     assert_eq!(pool.per_cpu_stats().cpus[0].deferred, 48);
     // Frames sent home come back in the order they were freed (see the test below).
-    let again: Vec<Skb> = on_cpu(0, || (0..160).map(|_| pool.alloc().unwrap()).collect());
-    let got: Vec<u64> = again
-        .iter()
-        .map(Skb::frame_addr)
-        .filter(|a| freed.contains(a))
-        .collect();
-    assert_eq!(got, freed);
-    drop(again);
+    assert_eq!(handed_out_again(&pool, 160, &freed), freed);
     assert_eq!(pool.stats().free, 1024);
 }
 
