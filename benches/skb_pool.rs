@@ -1233,7 +1233,8 @@ fn percpu_threads() -> Vec<usize> {
 /// mimalloc), the pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff
 /// bound, the meta bound and the shuffled bound), and the stranding pattern's failures for both
 /// pools (`SKB_BENCH_PERCPU=local`: the two `local` tables alone; `SKB_BENCH_PERCPU=pipeline`:
-/// all but them). Same-run ratios are medians of in-round ratios. Each row ends with what the
+/// all but them). Slices of 3 000 000 frames (`SKB_BENCH_SLICE` for `local`,
+/// `SKB_BENCH_PIPE_SLICE` for the pipeline). Same-run ratios are medians of in-round ratios. Each row ends with what the
 /// cross-core probe ([`lockless_xmit::pingpong::probe`]) read before its rounds: the machine's
 /// state.
 fn percpu_table(rounds: usize) {
@@ -1285,7 +1286,11 @@ fn percpu_table(rounds: usize) {
         "| pipeline P | per-CPU rseq | per-owner | mimalloc | bound | meta bound | shuffled bound | rseq/bound | owner/bound | meta bound/bound | shuffled/bound | rseq/shuffled | owner/shuffled | rseq/mimalloc | owner/mimalloc | ping-pong ns |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let slice = env_usize("SKB_BENCH_PIPE_SLICE").unwrap_or(300_000) as u64;
+    // Three million frames a slice (100-200 ms here): with nine threads on two cores a slice
+    // of 300 000 (10-20 ms, a few scheduler quanta) let thread start-up and the first
+    // quanta decide the cell; the bound moved 2x between runs at P >= 2 (18-49 M/s at P = 2),
+    // against 29-40 with long slices.
+    let slice = env_usize("SKB_BENCH_PIPE_SLICE").unwrap_or(3_000_000) as u64;
     for p in PRODUCERS {
         let state = state_before();
         let r = rotate(&pipe, rounds, "pipeline", p, slice);
