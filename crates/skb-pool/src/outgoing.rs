@@ -42,7 +42,9 @@ pub(crate) struct Outgoing {
     items: Box<[AtomicUsize]>,
 }
 
-/// A batch taken out for its home CPU: packed heads, one per [`MAX_PACK`] frames.
+/// A batch taken out for its home CPU: packed heads, one per [`MAX_PACK`] frames, the newest
+/// chunk's head first (as [`packed::pack_fifo`] orders them), so that a defer list, which puts
+/// the front of an added batch on top, holds the chunks newest first like single sends.
 pub(crate) struct Full {
     pub(crate) heads: Fifo<Frame>,
     /// Frames in all the heads' batches.
@@ -174,7 +176,7 @@ impl Outgoing {
             // SAFETY: the batch holds only addresses of this pool's metadata entries, of free
             // frames that nobody else holds (they left their freers when they were added),
             // each once.
-            heads.push_back(unsafe { packed::pack(&buf[..chunk.len()]) });
+            heads.push_front(unsafe { packed::pack(&buf[..chunk.len()]) });
         }
         let home = self.home.swap(NONE, Ordering::Relaxed);
         self.count.store(0, Ordering::Relaxed);

@@ -839,17 +839,25 @@ impl PoolInner {
     fn stash_drained(&self, cpu: usize, keep_last: bool, reserve: usize) -> Option<Frame> {
         let pc = &self.percpu;
         let slot = &pc.slots[cpu];
-        let (mut heads, count) = slot.drain_counted();
+        // The frames taken, counted from the heads themselves: the list's count errs high
+        // after overflows and, for a moment, low (a freer counts before it links), and a
+        // count too low would overfill the cache into the depot.
+        let (mut taken, mut total) = (Fifo::new(), 0);
+        for head in slot.drain_counted().0 {
+            // SAFETY: a CPU's defer list holds only packed heads of this pool, taken whole.
+            total += unsafe { packed::total(&head) };
+            taken.push_back(head);
+        }
         let room = pc.cap.saturating_sub(pc.cached(cpu) + reserve) + usize::from(keep_last);
-        let mut excess = count.saturating_sub(room);
+        let mut excess = total.saturating_sub(room);
         let (mut back, mut back_n) = (Fifo::new(), 0);
         let mut got = None;
-        let mut next = heads.pop();
+        let mut next = taken.pop_front();
         while let Some(head) = next {
-            next = heads.pop();
+            next = taken.pop_front();
             let last = next.is_none();
             if excess > 0 && !(last && keep_last) {
-                // SAFETY: a CPU's defer list holds only packed heads of this pool, taken whole.
+                // SAFETY: as above.
                 let n = unsafe { packed::total(&head) };
                 excess = excess.saturating_sub(n);
                 back_n += n;
@@ -994,14 +1002,26 @@ impl PoolInner {
                 .push(frames);
         }
         addr[..k].reverse();
-        let pushed = self.percpu.try_push_bulk(None, &addr[..k], PUSH_SPARE);
-        self.stash(
-            addr[pushed..k]
+        let mut pushed = self.percpu.try_push_bulk(None, &addr[..k], PUSH_SPARE);
+        while pushed < k {
+            match self.percpu.run(None, Op::Push(addr[pushed], PUSH_SPARE)) {
+                Res::Done(..) => pushed += 1,
+                Res::Refused(_) | Res::NotHere | Res::NoCache => break,
+            }
+        }
+        if pushed < k {
+            // No cache (the shared path) or no room: the rest to the depot, oldest first again.
+            let rest: Fifo<Frame> = addr[pushed..k]
                 .iter()
+                .rev()
                 // SAFETY: addresses of this pool's free frames the caller gave us, each once.
                 .map(|&a| Frame(unsafe { NonNull::new_unchecked(a as *mut FrameMeta) }))
-                .collect(),
-        );
+                .collect();
+            self.depot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(rest);
+        }
     }
 
     /// Puts the frames of the packed batch at `head` (free, carrying no references) into this

@@ -244,6 +244,57 @@ fn a_bulk_free_sends_home_the_frames_already_stacked_before_its_own() {
     assert_eq!(pool.stats().free, 1024);
 }
 
+/// A locked pool's outgoing batch of more than one packed chunk (`remote_batch` above 64)
+/// goes home newest chunk first, as the defer list expects: the frames come back in the order
+/// they were freed, not chunk by chunk swapped.
+#[test]
+fn an_outgoing_batch_of_several_chunks_comes_back_in_the_order_it_was_freed() {
+    let pool = Pool::builder()
+        .frame_count(2048)
+        .cache_max(256)
+        .defer_max(1024)
+        .remote_batch(128)
+        .cpus(2)
+        .per_cpu(PerCpu::Locked)
+        .build()
+        .unwrap();
+    assert_eq!(pool.remote_batch(), 128);
+    let skbs: Vec<Skb> = on_cpu(0, || (0..128).map(|_| pool.alloc().unwrap()).collect());
+    let freed: Vec<u64> = skbs.iter().map(Skb::frame_addr).collect();
+    on_cpu(1, || {
+        for skb in skbs {
+            drop(skb); // one outgoing batch of 128: two packed chunks, sent when full
+        }
+    });
+    assert_eq!(pool.per_cpu_stats().sends, 1);
+    assert_eq!(handed_out_again(&pool, 400, &freed), freed);
+}
+
+/// A thread with no cache (its CPU is past the table) refills from the overflow list, and
+/// what it does not use waits in the depot oldest first: its next allocations come in the
+/// order the frames were freed.
+#[test]
+fn the_shared_path_hands_frames_out_in_the_order_they_were_freed() {
+    for mode in modes() {
+        let pool = Pool::builder()
+            .frame_count(64)
+            .cpus(1)
+            .per_cpu(mode)
+            .build()
+            .unwrap();
+        let (freed, again) = on_cpu(1, || {
+            let skbs: Vec<Skb> = (0..64).map(|_| pool.alloc().unwrap()).collect();
+            let freed: Vec<u64> = skbs.iter().map(Skb::frame_addr).collect();
+            for skb in skbs {
+                drop(skb); // the shared path: onto the overflow list
+            }
+            let again: Vec<Skb> = (0..64).map(|_| pool.alloc().unwrap()).collect();
+            (freed, again.iter().map(Skb::frame_addr).collect::<Vec<_>>())
+        });
+        assert_eq!(again, freed, "{mode:?}: {:?}", pool.per_cpu_stats());
+    }
+}
+
 /// Frames that a dry cache refills from the overflow list (remote frees past `defer_max`) are
 /// handed out oldest first, as from the defer list: pushed onto the cache in the order they
 /// come, the refill would hand them out newest first.
