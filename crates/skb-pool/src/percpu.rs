@@ -7,8 +7,8 @@
 //! the frame on its home CPU pushes it back there; on another CPU it goes onto the home CPU's defer
 //! list (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
 //! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when its cache is
-//! dry, or when kicked and the cache is at most half full or has room for the whole list, taking
-//! what the cache has room for
+//! dry, or when kicked and the cache is at most half full or has room for half of `defer_max`,
+//! taking what the cache has room for
 //! (the newest batches stay on the list, still packed, for the next drain or another CPU's
 //! probe, rather than spill into the depot). A kicked drain puts the drained frames beneath
 //! those the cache still holds, which were freed before them. Remote frees travel in batches,
@@ -749,17 +749,19 @@ impl PoolInner {
     }
 
     /// Moves CPU `cpu`'s kicked defer list into its cache (`skb_defer_free_flush`), once the
-    /// cache is at most half full or has room for the whole list: until then the kick stays
-    /// pending and the next allocation on `cpu` looks again (a full cache would take nothing,
-    /// put the list back and be kicked again by the next remote free). Waiting for half a
-    /// cache alone let a list that would fit grow past `defer_max`, and the frames past it go
-    /// to the shared overflow list, out of the order the home hands its frames out in.
+    /// cache is at most half full or has room for the half of `defer_max` that kicked it:
+    /// until then the kick stays pending and the next allocation on `cpu` looks again (a full
+    /// cache would take nothing, put the list back and be kicked again by the next remote
+    /// free). Waiting for half a cache alone let a list that would fit grow past `defer_max`,
+    /// and the frames past it go to the shared overflow list, out of the order the home hands
+    /// its frames out in. The list's own count is not read here: the freers write its line at
+    /// every send, and this runs at every allocation while a kick waits.
     #[cold]
     #[inline(never)]
     fn drain_cpu(&self, cpu: usize) {
         let pc = &self.percpu;
         let cached = pc.cached(cpu);
-        if cached > pc.cap / 2 && cached + pc.slots[cpu].count() > pc.cap {
+        if cached > pc.cap / 2 && cached + self.cfg.defer_max / 2 > pc.cap {
             return;
         }
         pc.counters_at(cpu).drains.add(1);

@@ -339,8 +339,8 @@ fn a_kicked_drain_hands_out_what_the_cache_held_before_the_drained_frames() {
         let before = pool.per_cpu_stats();
         assert_eq!(before.cpus[0].deferred, 24, "{mode:?}: {before:?}");
         let held = before.cpus[0].cached;
-        // Room for the drain (it waits while the cache is more than half full and the list
-        // does not fit).
+        // Room for the drain (it waits while the cache is more than half full and has no room
+        // for half of defer_max).
         assert!(held > 0 && held <= 32, "{mode:?}: {before:?}");
         // The first allocation takes the top frame and notices the kick: the drained frames
         // were freed after everything the cache holds, so they come out after it, in the
