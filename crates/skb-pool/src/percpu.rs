@@ -463,6 +463,21 @@ impl PerCpuState {
         }
     }
 
+    /// Pushes free frames onto the cache of the CPU the thread runs on, the last one on top,
+    /// each changing the word by `per` (as [`try_push_bulk`](Self::try_push_bulk)): one bulk
+    /// section where it can, then one section a frame until the cache refuses (full, or no
+    /// cache for the thread). Returns how many went (the first ones).
+    fn push_all(&self, items: &[usize], per: u64) -> usize {
+        let mut pushed = self.try_push_bulk(None, items, per);
+        while pushed < items.len() {
+            match self.run(None, Op::Push(items[pushed], per)) {
+                Res::Done(..) => pushed += 1,
+                Res::Refused(_) | Res::NotHere | Res::NoCache => break,
+            }
+        }
+        pushed
+    }
+
     /// One bulk push of free frames onto the cache of the CPU the thread runs on (only if
     /// that is `want`, when set; rseq pools only), each changing the word by `per`
     /// ([`PUSH_FREE`] for frames that give back a reference, [`PUSH_SPARE`] for frames that
@@ -808,15 +823,7 @@ impl PoolInner {
     /// back onto the cache of the CPU the thread runs on, the last one on top; what does not
     /// fit goes to [`stash`](Self::stash), its references given up.
     fn put_back_lifted(&self, frames: &[usize]) {
-        let pc = &self.percpu;
-        let mut pushed = pc.try_push_bulk(None, frames, PUSH_FREE);
-        while pushed < frames.len() {
-            match pc.run(None, Op::Push(frames[pushed], PUSH_FREE)) {
-                Res::Done(..) => pushed += 1,
-                Res::Refused(_) | Res::NotHere | Res::NoCache => break,
-            }
-        }
-        let rest = &frames[pushed..];
+        let rest = &frames[self.percpu.push_all(frames, PUSH_FREE)..];
         if rest.is_empty() {
             return;
         }
@@ -1004,13 +1011,7 @@ impl PoolInner {
                 .push(frames);
         }
         addr[..k].reverse();
-        let mut pushed = self.percpu.try_push_bulk(None, &addr[..k], PUSH_SPARE);
-        while pushed < k {
-            match self.percpu.run(None, Op::Push(addr[pushed], PUSH_SPARE)) {
-                Res::Done(..) => pushed += 1,
-                Res::Refused(_) | Res::NotHere | Res::NoCache => break,
-            }
-        }
+        let pushed = self.percpu.push_all(&addr[..k], PUSH_SPARE);
         if pushed < k {
             // No cache (the shared path) or no room: the rest to the depot, oldest first again.
             let rest: Fifo<Frame> = addr[pushed..k]

@@ -329,8 +329,9 @@ mod imp {
         let item: usize;
         // SAFETY: the caller's contract; the section reads `*word`, `items[count - 1]`,
         // `items[count - 1 - ALLOC_AHEAD]` (when `count` is larger; an address it only
-        // prefetches) and `*dying`, writes only `*word` (its commit) and `area->rseq_cs`, and a preempted,
-        // migrated or signalled thread is sent to the abort label instead of committing.
+        // prefetches) and `*dying`, writes only `*word` (its commit) and `area->rseq_cs`, and a
+        // preempted, migrated or signalled thread is sent to the abort label instead of
+        // committing.
         unsafe {
             section!(
                 area, cpu, c, st;
