@@ -1234,9 +1234,9 @@ fn percpu_threads() -> Vec<usize> {
 /// bound, the meta bound and the shuffled bound), and the stranding pattern's failures for both
 /// pools (`SKB_BENCH_PERCPU=local`: the two `local` tables alone; `SKB_BENCH_PERCPU=pipeline`:
 /// all but them). Slices of 3 000 000 frames (`SKB_BENCH_SLICE` for `local`,
-/// `SKB_BENCH_PIPE_SLICE` for the pipeline). Same-run ratios are medians of in-round ratios. Each row ends with what the
-/// cross-core probe ([`lockless_xmit::pingpong::probe`]) read before its rounds: the machine's
-/// state.
+/// `SKB_BENCH_PIPE_SLICE` for the pipeline). Same-run ratios are medians of in-round ratios.
+/// Each row ends with what the cross-core probe ([`lockless_xmit::pingpong::probe`]) read
+/// before its rounds: the machine's state.
 fn percpu_table(rounds: usize) {
     let local = [
         runner(PerCpuPool::<false>::new()),

@@ -155,8 +155,19 @@ pub(crate) unsafe fn unpack_into(head: Frame, out: &mut Fifo<Frame>) {
     let mut addr = [0usize; MAX_PACK];
     // SAFETY: forwarded contract.
     let n = unsafe { unpack(head, &mut addr) };
-    for &a in &addr[..n] {
-        // SAFETY: every address is an entry of a free frame of the batch, each once.
+    // SAFETY: `unpack` wrote the entries of the batch's free frames, each once.
+    unsafe { push_frames(out, addr[..n].iter()) };
+}
+
+/// Appends the frames whose metadata addresses `addrs` yields to `out`, in that order.
+///
+/// # Safety
+///
+/// Every address is the metadata entry of a free frame of one live pool that the caller
+/// holds, each once.
+unsafe fn push_frames<'a>(out: &mut Fifo<Frame>, addrs: impl Iterator<Item = &'a usize>) {
+    for &a in addrs {
+        // SAFETY: the caller's contract.
         out.push_back(Frame(unsafe {
             NonNull::new_unchecked(a as *mut FrameMeta)
         }));
@@ -192,12 +203,8 @@ pub(crate) unsafe fn unpack_newest_first(heads: impl IntoIterator<Item = Frame>)
     for h in heads {
         // SAFETY: forwarded contract.
         let n = unsafe { unpack(h, &mut addr) };
-        for &a in addr[..n].iter().rev() {
-            // SAFETY: every address is an entry of a free frame of the batch, each once.
-            out.push_back(Frame(unsafe {
-                NonNull::new_unchecked(a as *mut FrameMeta)
-            }));
-        }
+        // SAFETY: `unpack` wrote the entries of the batch's free frames, each once.
+        unsafe { push_frames(&mut out, addr[..n].iter().rev()) };
     }
     out
 }

@@ -8,12 +8,11 @@
 //! list (`skb_attempt_defer_free`, with the kick at half of `defer_max` through the CPU's
 //! [`Wake`](crate::Wake)), which the next allocation on the home CPU drains when its cache is
 //! dry, or when kicked and the cache is at most half full or has room for half of `defer_max`,
-//! taking what the cache has room for
-//! (the newest batches stay on the list, still packed, for the next drain or another CPU's
-//! probe, rather than spill into the depot). A kicked drain puts the drained frames beneath
-//! those the cache still holds, which were freed before them. Remote frees travel in batches,
-//! packed (`packed.rs`): the home CPU learns a
-//! batch's addresses from a few metadata lines and pushes them into its cache with one critical
+//! taking what the cache has room for (the newest batches stay on the list, still packed, for
+//! the next drain or another CPU's probe, rather than spill into the depot). A kicked drain
+//! puts the drained frames beneath those the cache still holds, which were freed before them.
+//! Remote frees travel in batches, packed (`packed.rs`): the home CPU learns a batch's
+//! addresses from a few metadata lines and pushes them into its cache with one critical
 //! section, instead of walking a chain of frames another core wrote, one dependent miss a frame.
 //! A batch gathers on the freeing CPU: in an rseq pool on that CPU's stack for the home CPU
 //! (`outstack.rs`: one section a frame, like a local free), in a locked pool (or when a stack
