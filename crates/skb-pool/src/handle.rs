@@ -147,9 +147,7 @@ impl Local {
             llist_defer::hint::prefetch_write(next as *const FrameMeta);
         }
         // SAFETY: `returned` holds only entries of free frames of this pool, each once.
-        Some(Frame(unsafe {
-            NonNull::new_unchecked(a as *mut FrameMeta)
-        }))
+        Some(unsafe { Frame::from_addr(a) })
     }
 
     #[inline]
@@ -185,7 +183,7 @@ impl Local {
                 returned.extend(&batch[..room]);
                 for &a in &batch[room..] {
                     // SAFETY: an entry of a free frame of the batch, each once.
-                    cache.push_back(Frame(NonNull::new_unchecked(a as *mut FrameMeta)));
+                    cache.push_back(Frame::from_addr(a));
                 }
             })
         };
@@ -350,9 +348,7 @@ impl Local {
         let mut all = core::mem::take(&mut self.cache);
         for a in self.returned.drain(..) {
             // SAFETY: `returned` holds only entries of free frames of this pool, each once.
-            all.push_back(Frame(unsafe {
-                NonNull::new_unchecked(a as *mut FrameMeta)
-            }));
+            all.push_back(unsafe { Frame::from_addr(a) });
         }
         all.append(&mut core::mem::take(&mut self.taken).reverse());
         // SAFETY: an owner slot's list holds only packed heads of this pool.
@@ -396,7 +392,7 @@ pub(crate) fn free_owned_run(pool: *const PoolInner, frames: &[usize]) {
     let mut local = local_for(pool);
     for &f in frames {
         // SAFETY: the caller's contract: an in-use frame of this pool, ours to free.
-        let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
+        let frame = unsafe { Frame::from_addr(f) };
         if free_through(local, pool, frame) {
             local = local_for(pool);
         }

@@ -114,6 +114,19 @@ pub(crate) struct Frame(pub(crate) NonNull<FrameMeta>);
 unsafe impl Send for Frame {}
 
 impl Frame {
+    /// The frame whose metadata entry is at `addr`: how the caches, stacks and packed
+    /// batches, which hold frames as bare addresses, turn one back into a claim.
+    ///
+    /// # Safety
+    ///
+    /// `addr` is the address of a metadata entry of a live pool (so it is not null), and the
+    /// caller holds the claim on that frame: no other `Frame` or `Skb` for it is in use.
+    #[inline]
+    pub(crate) unsafe fn from_addr(addr: usize) -> Frame {
+        // SAFETY: the caller's contract: a metadata entry's address, never null.
+        Frame(unsafe { NonNull::new_unchecked(addr as *mut FrameMeta) })
+    }
+
     #[inline]
     pub(crate) fn meta(&self) -> &FrameMeta {
         // SAFETY: the pointer is into the pool's side array, which lives as long as the pool,

@@ -16,11 +16,9 @@
 //!
 //! This file owns the batch only; where its frames go is `percpu.rs`'s business.
 
-use core::ptr::NonNull;
-
 use llist_defer::Fifo;
 
-use crate::meta::{Frame, FrameMeta};
+use crate::meta::Frame;
 use crate::packed::{self, MAX_PACK};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -154,10 +152,10 @@ impl Outgoing {
         }
         let n = self.count.load(Ordering::Relaxed);
         for item in &self.items[..n] {
-            let p = item.load(Ordering::Relaxed) as *mut FrameMeta;
+            let a = item.load(Ordering::Relaxed);
             // SAFETY: the batch holds only addresses of this pool's metadata entries, of free
             // frames that nobody else holds (they left their freers when they were added).
-            frames.push_back(Frame(unsafe { NonNull::new_unchecked(p) }));
+            frames.push_back(unsafe { Frame::from_addr(a) });
         }
         self.home.store(NONE, Ordering::Relaxed);
         self.count.store(0, Ordering::Relaxed);

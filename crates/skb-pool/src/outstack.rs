@@ -33,12 +33,10 @@
 //! This file owns the stacks' memory and the taker's protocol; the sections are `rseq.rs`'s, and
 //! where the frames go is `percpu.rs`'s business.
 
-use core::ptr::NonNull;
-
 use crossbeam_utils::CachePadded;
 use llist_defer::Fifo;
 
-use crate::meta::{Frame, FrameMeta};
+use crate::meta::Frame;
 use crate::sync::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -218,10 +216,10 @@ impl OutStacks {
                 let w = s.word.load(Ordering::Acquire);
                 let n = w as u32 as usize;
                 for item in &s.items[..n.min(self.cap)] {
-                    let p = item.load(Ordering::Relaxed) as *mut FrameMeta;
+                    let a = item.load(Ordering::Relaxed);
                     // SAFETY: a stack holds only metadata addresses of this pool's free frames,
                     // each once, that nobody else holds (their frees gave them up).
-                    taken.push_back(Frame(unsafe { NonNull::new_unchecked(p) }));
+                    taken.push_back(unsafe { Frame::from_addr(a) });
                 }
                 s.word.store(w - n as u64, Ordering::Relaxed);
             }

@@ -96,7 +96,7 @@ pub(crate) unsafe fn pack(items: &[usize]) -> Frame {
         i += 1;
     }
     // SAFETY: the caller's contract: a non-null entry address.
-    Frame(unsafe { NonNull::new_unchecked(items[0] as *mut FrameMeta) })
+    unsafe { Frame::from_addr(items[0]) }
 }
 
 /// How many frames the packed batch at `head` holds (the head included).
@@ -168,9 +168,7 @@ pub(crate) unsafe fn unpack_into(head: Frame, out: &mut Fifo<Frame>) {
 unsafe fn push_frames<'a>(out: &mut Fifo<Frame>, addrs: impl Iterator<Item = &'a usize>) {
     for &a in addrs {
         // SAFETY: the caller's contract.
-        out.push_back(Frame(unsafe {
-            NonNull::new_unchecked(a as *mut FrameMeta)
-        }));
+        out.push_back(unsafe { Frame::from_addr(a) });
     }
 }
 

@@ -64,7 +64,7 @@ use std::sync::PoisonError;
 use crossbeam_utils::CachePadded;
 use llist_defer::{Chain, Fifo};
 
-use crate::meta::{Frame, FrameMeta};
+use crate::meta::Frame;
 use crate::outgoing::{Full, Outgoing};
 use crate::outstack::OutStacks;
 use crate::packed;
@@ -698,7 +698,7 @@ impl PoolInner {
         let pc = &self.percpu;
         if let Ok((item, cpu)) = pc.try_fast(None, Op::Pop(POP_ALLOC)) {
             // SAFETY: the caches hold only addresses of this pool's metadata entries.
-            let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+            let frame = unsafe { Frame::from_addr(item) };
             // `try_fast` committed on CPU `cpu`, so it has a slot.
             if pc.slots[cpu as usize].is_pending() {
                 self.drain_cpu(cpu as usize);
@@ -724,7 +724,7 @@ impl PoolInner {
         }
         for &item in &out[..k] {
             // SAFETY: the caches hold only addresses of this pool's metadata entries.
-            let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+            let frame = unsafe { Frame::from_addr(item) };
             frame.init(home_stamp(cpu), self.cfg.headroom);
         }
         k
@@ -746,7 +746,7 @@ impl PoolInner {
         }
         for &f in frames {
             // SAFETY: the caller's contract: a frame of this pool.
-            Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
+            unsafe { Frame::from_addr(f) }.set_free();
         }
         // The references go with the commit; the caller's own `Pool` keeps the pool alive.
         self.percpu.try_push_bulk(Some(home), frames, PUSH_FREE)
@@ -829,7 +829,7 @@ impl PoolInner {
         self.stash(
             rest.iter()
                 // SAFETY: addresses of this pool's free frames, lifted off a cache, each once.
-                .map(|&a| Frame(unsafe { NonNull::new_unchecked(a as *mut FrameMeta) }))
+                .map(|&a| unsafe { Frame::from_addr(a) })
                 .collect(),
         );
         // SAFETY: the references the pops gave them are ours to drop; the caller's `Pool`
@@ -889,7 +889,7 @@ impl PoolInner {
         match pc.run(None, Op::Pop(POP_ALLOC)) {
             Res::Done(item, cpu) => {
                 // SAFETY: the caches hold only addresses of this pool's metadata entries.
-                let frame = Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+                let frame = unsafe { Frame::from_addr(item) };
                 if pc.slots[cpu as usize].is_pending() {
                     self.drain_cpu(cpu as usize);
                 }
@@ -917,8 +917,7 @@ impl PoolInner {
                 match pc.run_locked(None, Op::Pop(POP_ALLOC), true) {
                     Res::Done(item, cpu) => {
                         // SAFETY: the caches hold only addresses of this pool's metadata.
-                        let frame =
-                            Frame(unsafe { NonNull::new_unchecked(item as *mut FrameMeta) });
+                        let frame = unsafe { Frame::from_addr(item) };
                         frame.init(home_stamp(cpu), headroom);
                         Some(frame)
                     }
@@ -1017,7 +1016,7 @@ impl PoolInner {
                 .iter()
                 .rev()
                 // SAFETY: addresses of this pool's free frames the caller gave us, each once.
-                .map(|&a| Frame(unsafe { NonNull::new_unchecked(a as *mut FrameMeta) }))
+                .map(|&a| unsafe { Frame::from_addr(a) })
                 .collect();
             self.depot
                 .lock()
@@ -1048,12 +1047,12 @@ impl PoolInner {
             let rest: Fifo<Frame> = addr[pushed..m]
                 .iter()
                 // SAFETY: entries of free frames of the batch, each once.
-                .map(|&a| Frame(unsafe { NonNull::new_unchecked(a as *mut FrameMeta) }))
+                .map(|&a| unsafe { Frame::from_addr(a) })
                 .collect();
             self.stash(rest);
         }
         // SAFETY: as above.
-        keep_last.then(|| Frame(unsafe { NonNull::new_unchecked(addr[m] as *mut FrameMeta) }))
+        keep_last.then(|| unsafe { Frame::from_addr(addr[m]) })
     }
 
     /// Puts free frames (carrying no references) into this CPU's cache; what does not fit goes
@@ -1086,9 +1085,7 @@ impl PoolInner {
         for _ in 0..self.percpu.cap.div_ceil(2) {
             match self.percpu.run(None, Op::Pop(POP_SPARE)) {
                 // SAFETY: the caches hold only addresses of this pool's metadata entries.
-                Res::Done(item, _) => out.push_back(Frame(unsafe {
-                    NonNull::new_unchecked(item as *mut FrameMeta)
-                })),
+                Res::Done(item, _) => out.push_back(unsafe { Frame::from_addr(item) }),
                 Res::Refused(_) | Res::NotHere | Res::NoCache => break,
             }
         }
@@ -1354,7 +1351,7 @@ impl PoolInner {
         let cap = pc.stacks.cap();
         for &f in frames {
             // SAFETY: the caller's contract: a frame of this pool that we hold.
-            Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
+            unsafe { Frame::from_addr(f) }.set_free();
         }
         let mut rest = frames;
         while !rest.is_empty() {
@@ -1475,7 +1472,7 @@ impl PoolInner {
         let Some(out) = batch else {
             for &f in frames {
                 // SAFETY: the caller's contract, frame by frame.
-                let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
+                let frame = unsafe { Frame::from_addr(f) };
                 // SAFETY: forwarded contract.
                 unsafe { PoolInner::percpu_free(this, frame) };
             }
@@ -1483,7 +1480,7 @@ impl PoolInner {
         };
         for &f in frames {
             // SAFETY: the caller's contract: a frame of this pool that we hold.
-            Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) }).set_free();
+            unsafe { Frame::from_addr(f) }.set_free();
         }
         pool.send_remote(Some(out), frames, home);
         // SAFETY: the references are ours to drop; the pool is not used after.
@@ -1510,7 +1507,7 @@ impl PoolInner {
         for &f in rest {
             self.percpu.counters().remote_frees.add(1);
             // SAFETY: a free frame of this pool that the caller gave up.
-            let frame = Frame(unsafe { NonNull::new_unchecked(f as *mut FrameMeta) });
+            let frame = unsafe { Frame::from_addr(f) };
             self.send_home(Full::alone(frame, home));
         }
     }
