@@ -526,7 +526,7 @@ fn percpu_kicked_drain_lifts_the_cache_racing_a_free_on_the_same_cpu() {
         let mut skbs: Vec<Skb> = (0..6).map(|_| pool.alloc().unwrap()).collect();
         drop(skbs.drain(..2));
         let local = skbs.pop().unwrap();
-        let remote: Vec<Skb> = skbs.drain(..).collect();
+        let remote: Vec<Skb> = std::mem::take(&mut skbs);
         skb_pool::loom_set_cpu(1);
         drop(remote);
         let st = pool.per_cpu_stats();
