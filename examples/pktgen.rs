@@ -12,7 +12,7 @@
 //!
 //! `--json` prints one object per line (the final figures, or one per `--compare` cell):
 //! `threads`, `round` (of `--repeat`, from 0), `strategy` (`busylock`, `defer`, `nolock`,
-//! `mutex`, `segqueue`), `pool` (`owner` or `percpu`), `qdisc`, `burst` (packets per transmit
+//! `mutex`, `segqueue`, `bound`), `pool` (`owner` or `percpu`), `qdisc`, `burst` (packets per transmit
 //! call), `park` (producers out of frames sleep), `offered`, `sent`, `dropped`, `queued`,
 //! `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies `drops_by_reason` (an
 //! object keyed by kernel drop reason), `requeues` and `root_contended`; with `--veth`, also
@@ -125,7 +125,9 @@ struct Cli {
     driver_ns: u32,
 
     /// Compare busylock, defer, nolock and the mutex / segqueue peers at these thread counts
-    /// (comma-separated, e.g. 1,2,4,8,16), each for --duration seconds, and print a table.
+    /// (comma-separated, e.g. 1,2,4,8,16), each for --duration seconds, and print a table. A
+    /// `bound` row runs beside them: each producer sends through a driver of its own (one queue
+    /// per producer, no lock), which no design sharing one queue can beat.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=1024))]
     compare: Option<Vec<u64>>,
 
@@ -899,16 +901,16 @@ fn rounds(rows: &[&CompareRow]) -> usize {
 
 /// The before/after table: per thread count, contender and pool kind the median rate, CPU per
 /// packet and the largest drop count over the rounds, then the contender against busylock and
-/// against the best peer (mutex or segqueue, same pool kind) of the same round, as the median
-/// and range of those ratios.
+/// against the best peer (mutex or segqueue, same pool kind) and against the bound (a driver per
+/// producer) of the same round, as the median and range of those ratios.
 fn compare_table(rows: &[&CompareRow], counts: &[u64], pools: &[PoolKind]) -> String {
     let rounds = rounds(rows);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| threads | strategy | pool | Mpps | drops | CPU ns/pkt | vs busylock | vs best peer |"
+        "\n| threads | strategy | pool | Mpps | drops | CPU ns/pkt | vs busylock | vs best peer | vs bound |"
     );
-    let _ = writeln!(out, "|---:|---|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---:|---|---|---:|---:|---:|---:|---:|---:|");
     for &threads in counts {
         for contender in Contender::ALL {
             for &pool in pools {
@@ -929,15 +931,19 @@ fn compare_table(rows: &[&CompareRow], counts: &[u64], pools: &[PoolKind]) -> St
                             / pps(k, Contender::Mutex).max(pps(k, Contender::SegQueue))
                     })
                     .collect();
+                let vs_bound: Vec<f64> = (0..rounds)
+                    .map(|k| pps(k, contender) / pps(k, Contender::OwnQueue))
+                    .collect();
                 let _ = writeln!(
                     out,
-                    "| {threads} | {} | {} | {:.2} | {drops} | {:.0} | {} | {} |",
+                    "| {threads} | {} | {} | {:.2} | {drops} | {:.0} | {} | {} | {} |",
                     contender.name(),
                     pool.name(),
                     harness::median(&mpps),
                     harness::median(&cpu),
                     ratio_cell(&vs_busy),
-                    ratio_cell(&vs_peer)
+                    ratio_cell(&vs_peer),
+                    ratio_cell(&vs_bound)
                 );
             }
         }

@@ -8,9 +8,10 @@
 //! does. Every packet ends sent, dropped with a reason, or still queued; a [`Cell`](crate::harness::Cell) counts all
 //! three so callers can check the conservation law.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -32,26 +33,32 @@ pub enum Contender {
     Mutex,
     /// `crossbeam_queue::SegQueue` to a dedicated TX thread.
     SegQueue,
+    /// The bound, not a contender: every producer sends through a null driver of its own (one
+    /// NIC queue per producer), with no queue and no lock. No design that shares one queue can
+    /// send more; at one producer it is what any queue costs on top of the driver.
+    OwnQueue,
 }
 
 impl Contender {
     /// The stable name used in tables and JSON: `busylock`, `defer`, `nolock`, `mutex`,
-    /// `segqueue`.
+    /// `segqueue`, `bound`.
     pub fn name(self) -> &'static str {
         match self {
             Contender::Engine(s) => s.name(),
             Contender::Mutex => "mutex",
             Contender::SegQueue => "segqueue",
+            Contender::OwnQueue => "bound",
         }
     }
 
-    /// Every contender of the comparison, ours first.
-    pub const ALL: [Contender; 5] = [
+    /// Every contender of the comparison, ours first, then the peers, then the bound.
+    pub const ALL: [Contender; 6] = [
         Contender::Engine(Strategy::BusyLock),
         Contender::Engine(Strategy::DeferList),
         Contender::Engine(Strategy::NoLock),
         Contender::Mutex,
         Contender::SegQueue,
+        Contender::OwnQueue,
     ];
 }
 
@@ -517,6 +524,97 @@ fn run_engine<Q: Qdisc<Skb> + 'static, D: Driver<Skb> + 'static>(
     cell
 }
 
+/// The bound ([`Contender::OwnQueue`]): each producer thread sends through a driver of its own,
+/// kept in a thread local and created at its first send.
+struct OwnQueueBound {
+    driver_ns: u32,
+    /// Packets and bytes sent by each producer's driver, one cache line per producer, written
+    /// only by that producer.
+    sent: Box<[OwnSent]>,
+    next_slot: AtomicUsize,
+}
+
+#[repr(align(128))]
+struct OwnSent([AtomicU64; 2]);
+
+/// One producer thread's driver for the bound, and whose it is.
+struct OwnDriver {
+    /// The address of the [`OwnQueueBound`] it serves (a thread serves one per run).
+    target: usize,
+    slot: usize,
+    driver: NullDriver,
+    batch: Fifo<Skb>,
+}
+
+thread_local! {
+    static OWN_DRIVER: RefCell<Option<OwnDriver>> = const { RefCell::new(None) };
+}
+
+impl OwnQueueBound {
+    fn new(producers: usize, driver_ns: u32) -> Self {
+        OwnQueueBound {
+            driver_ns,
+            sent: (0..producers.max(1))
+                .map(|_| OwnSent([AtomicU64::new(0), AtomicU64::new(0)]))
+                .collect(),
+            next_slot: AtomicUsize::new(0),
+        }
+    }
+
+    /// Sends what `fill` puts in the batch through this thread's own driver.
+    #[inline]
+    fn send(&self, fill: impl FnOnce(&mut Fifo<Skb>)) {
+        let me = self as *const Self as usize;
+        OWN_DRIVER.with_borrow_mut(|own| {
+            let d = match own {
+                Some(d) if d.target == me => d,
+                _ => {
+                    let slot = self.next_slot.fetch_add(1, Ordering::Relaxed);
+                    assert!(
+                        slot < self.sent.len(),
+                        "more sending threads than producers"
+                    );
+                    own.insert(OwnDriver {
+                        target: me,
+                        slot,
+                        driver: NullDriver::with_cost_ns(self.driver_ns),
+                        batch: Fifo::new(),
+                    })
+                }
+            };
+            fill(&mut d.batch);
+            d.driver.xmit(&mut d.batch, &mut ToFree::new());
+            let line = &self.sent[d.slot].0;
+            line[0].store(d.driver.sent(), Ordering::Relaxed);
+            line[1].store(d.driver.bytes(), Ordering::Relaxed);
+        });
+    }
+}
+
+impl Target for OwnQueueBound {
+    #[inline]
+    fn xmit(&self, skb: Skb) -> bool {
+        self.send(|b| b.push_back(skb));
+        true
+    }
+    fn xmit_burst(&self, skbs: &mut Vec<Skb>) -> usize {
+        self.send(|b| b.extend(skbs.drain(..)));
+        0
+    }
+    fn progress(&self) -> (u64, u64, u64) {
+        self.sent.iter().fold((0, 0, 0), |(p, b, d), s| {
+            (
+                p + s.0[0].load(Ordering::Relaxed),
+                b + s.0[1].load(Ordering::Relaxed),
+                d,
+            )
+        })
+    }
+    fn may_park(&self) -> bool {
+        true
+    }
+}
+
 /// Runs one workload, calling `on_tick` about once a second, and returns what it measured.
 ///
 /// # Panics
@@ -555,6 +653,13 @@ pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
             });
             let mut cell = drive(w, &pool, peer.clone(), on_tick, &|| {});
             cell.queued = peer.inner.lock().map(|g| g.queue.len() as u64).unwrap_or(0);
+            cell.pool = Some(pool.stats());
+            cell.per_cpu = Some(pool.per_cpu_stats());
+            cell
+        }
+        Contender::OwnQueue => {
+            let bound = Arc::new(OwnQueueBound::new(w.producers, w.driver_ns));
+            let mut cell = drive(w, &pool, bound, on_tick, &|| {});
             cell.pool = Some(pool.stats());
             cell.per_cpu = Some(pool.per_cpu_stats());
             cell
@@ -839,14 +944,16 @@ mod tests {
     use super::*;
 
     /// Producers without handles (`PoolKind::PerCpu`), more of them than cores and more
-    /// packets than frames, through the engine and both peers: every packet offered is sent,
-    /// dropped or queued, every frame comes home, and the frames came from per-CPU caches.
+    /// packets than frames, through the engine, both peers and the bound: every packet offered
+    /// is sent, dropped or queued, every frame comes home, and the frames came from per-CPU
+    /// caches.
     #[test]
     fn per_cpu_producers_conserve_packets_and_frames() {
         for contender in [
             Contender::Engine(Strategy::DeferList),
             Contender::Mutex,
             Contender::SegQueue,
+            Contender::OwnQueue,
         ] {
             let w = Workload {
                 contender,

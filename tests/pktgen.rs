@@ -115,8 +115,8 @@ fn compare_prints_one_json_cell_per_strategy_and_thread_count() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 10, "2 thread counts x 5 contenders: {stdout}");
-    for name in ["busylock", "defer", "nolock", "mutex", "segqueue"] {
+    assert_eq!(lines.len(), 12, "2 thread counts x 6 contenders: {stdout}");
+    for name in ["busylock", "defer", "nolock", "mutex", "segqueue", "bound"] {
         for t in ["1", "2"] {
             assert!(
                 lines
@@ -158,7 +158,7 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
             .lines()
             .filter(|l| field(l, "round") == Some(round))
             .count();
-        assert_eq!(cells, 5, "round {round}: one cell per contender: {stdout}");
+        assert_eq!(cells, 6, "round {round}: one cell per contender: {stdout}");
     }
     assert!(
         stdout.lines().all(|l| l.contains("\"pingpong_ns\":")),
@@ -171,16 +171,21 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // The contenders' table (eight cells a row), then the machine-state table (a cell a round).
+    // The contenders' table (nine cells a row), then the machine-state table (a cell a round).
     let cells = |l: &str| l.trim().trim_matches('|').split('|').count();
     let rows: Vec<&str> = stdout
         .lines()
-        .filter(|l| l.starts_with("| 1 |") && cells(l) == 8)
+        .filter(|l| l.starts_with("| 1 |") && cells(l) == 9)
         .collect();
-    assert_eq!(rows.len(), 5, "one row per contender: {stdout}");
+    assert_eq!(
+        rows.len(),
+        6,
+        "one row per contender and the bound: {stdout}"
+    );
     for row in rows {
-        // "| 1 | defer | Mpps | drops | cpu | 1.00x (1.00–1.00) | 0.93x (0.90–0.96) |"
-        assert_eq!(row.matches('–').count(), 2, "two ratio ranges: {row}");
+        // "| 1 | defer | owner | Mpps | drops | cpu | 1.00x (1.00–1.00) | 0.93x (0.90–0.96)
+        // | 0.91x (0.88–0.95) |"
+        assert_eq!(row.matches('–').count(), 3, "three ratio ranges: {row}");
     }
     assert!(stdout.contains("ping-pong before each group"), "{stdout}");
     let states: Vec<&str> = stdout
@@ -212,7 +217,11 @@ fn compare_conserves(counts: &str, extra: &[&str], key: &str, value: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.lines().count(), 10, "{stdout}");
+    assert_eq!(
+        stdout.lines().count(),
+        12,
+        "two counts x six contenders: {stdout}"
+    );
     for l in stdout.lines() {
         assert_eq!(field(l, key), Some(value), "{l}");
         assert!(num(l, "sent") > 0.0, "nothing sent: {l}");
