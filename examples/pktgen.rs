@@ -12,8 +12,8 @@
 //!
 //! `--json` prints one object per line (the final figures, or one per `--compare` cell):
 //! `threads`, `round` (of `--repeat`, from 0), `strategy` (`busylock`, `defer`, `nolock`,
-//! `mutex`, `segqueue`, `bound`), `pool` (`owner` or `percpu`), `qdisc`, `burst` (packets per transmit
-//! call), `park` (producers out of frames sleep), `offered`, `sent`, `dropped`, `queued`,
+//! `mutex`, `segqueue`, `bound`), `pool` (`owner` or `percpu`), `qdisc`, `burst` (packets per
+//! transmit call), `park` (producers out of frames sleep), `offered`, `sent`, `dropped`, `queued`,
 //! `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies `drops_by_reason` (an
 //! object keyed by kernel drop reason), `requeues` and `root_contended`; with `--veth`, also
 //! `received` (datagrams the kernel UDP socket in the peer namespace got); with `--compare`,
@@ -922,18 +922,13 @@ fn compare_table(rows: &[&CompareRow], counts: &[u64], pools: &[PoolKind]) -> St
                 let cpu: Vec<f64> = mine.iter().map(|r| r.cell.cpu_ns_per_pkt()).collect();
                 let drops = mine.iter().map(|r| r.cell.dropped).max().unwrap_or(0);
                 let pps = |k: usize, c: Contender| cell_pps(rows, k, threads, c, pool);
-                let vs_busy: Vec<f64> = (0..rounds)
-                    .map(|k| pps(k, contender) / pps(k, Contender::Engine(Strategy::BusyLock)))
-                    .collect();
-                let vs_peer: Vec<f64> = (0..rounds)
-                    .map(|k| {
-                        pps(k, contender)
-                            / pps(k, Contender::Mutex).max(pps(k, Contender::SegQueue))
-                    })
-                    .collect();
-                let vs_bound: Vec<f64> = (0..rounds)
-                    .map(|k| pps(k, contender) / pps(k, Contender::OwnQueue))
-                    .collect();
+                // This contender's rate over `other`'s, round by round.
+                let vs = |other: &dyn Fn(usize) -> f64| -> Vec<f64> {
+                    (0..rounds).map(|k| pps(k, contender) / other(k)).collect()
+                };
+                let vs_busy = vs(&|k| pps(k, Contender::Engine(Strategy::BusyLock)));
+                let vs_peer = vs(&|k| pps(k, Contender::Mutex).max(pps(k, Contender::SegQueue)));
+                let vs_bound = vs(&|k| pps(k, Contender::OwnQueue));
                 let _ = writeln!(
                     out,
                     "| {threads} | {} | {} | {:.2} | {drops} | {:.0} | {} | {} | {} |",

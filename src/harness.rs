@@ -316,6 +316,14 @@ impl Cell {
     pub fn conserved(&self) -> bool {
         self.offered == self.sent + self.dropped + self.queued
     }
+
+    /// Records `pool`'s counters as they are at the end of the run (every thread that held
+    /// its frames joined).
+    fn with_pool_stats(mut self, pool: &Pool) -> Cell {
+        self.pool = Some(pool.stats());
+        self.per_cpu = Some(pool.per_cpu_stats());
+        self
+    }
 }
 
 impl fmt::Display for Cell {
@@ -519,9 +527,7 @@ fn run_engine<Q: Qdisc<Skb> + 'static, D: Driver<Skb> + 'static>(
     cell.queued = txq.backlog() as u64;
     cell.qdisc_show = Some(txq.with_qdisc(|q| ShowQdisc(&*q, merged).to_string()));
     cell.xmit = Some(stats);
-    cell.pool = Some(pool.stats());
-    cell.per_cpu = Some(pool.per_cpu_stats());
-    cell
+    cell.with_pool_stats(pool)
 }
 
 /// The bound ([`Contender::OwnQueue`]): each producer thread sends through a driver of its own,
@@ -601,14 +607,15 @@ impl Target for OwnQueueBound {
         self.send(|b| b.extend(skbs.drain(..)));
         0
     }
+    /// Nothing is ever dropped: each driver takes every packet.
     fn progress(&self) -> (u64, u64, u64) {
-        self.sent.iter().fold((0, 0, 0), |(p, b, d), s| {
-            (
-                p + s.0[0].load(Ordering::Relaxed),
-                b + s.0[1].load(Ordering::Relaxed),
-                d,
-            )
-        })
+        let sum = |i: usize| -> u64 {
+            self.sent
+                .iter()
+                .map(|s| s.0[i].load(Ordering::Relaxed))
+                .sum()
+        };
+        (sum(0), sum(1), 0)
     }
     fn may_park(&self) -> bool {
         true
@@ -653,16 +660,11 @@ pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
             });
             let mut cell = drive(w, &pool, peer.clone(), on_tick, &|| {});
             cell.queued = peer.inner.lock().map(|g| g.queue.len() as u64).unwrap_or(0);
-            cell.pool = Some(pool.stats());
-            cell.per_cpu = Some(pool.per_cpu_stats());
-            cell
+            cell.with_pool_stats(&pool)
         }
         Contender::OwnQueue => {
             let bound = Arc::new(OwnQueueBound::new(w.producers, w.driver_ns));
-            let mut cell = drive(w, &pool, bound, on_tick, &|| {});
-            cell.pool = Some(pool.stats());
-            cell.per_cpu = Some(pool.per_cpu_stats());
-            cell
+            drive(w, &pool, bound, on_tick, &|| {}).with_pool_stats(&pool)
         }
         Contender::SegQueue => {
             let peer = Arc::new(SegQueuePeer {
@@ -679,9 +681,7 @@ pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
             let (sent, _, _) = peer.progress();
             cell.sent = sent;
             cell.queued = peer.queue.len() as u64;
-            cell.pool = Some(pool.stats());
-            cell.per_cpu = Some(pool.per_cpu_stats());
-            cell
+            cell.with_pool_stats(&pool)
         }
     }
 }
