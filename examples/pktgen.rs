@@ -101,6 +101,11 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     drain_hints: OnOff,
 
+    /// The root lock is lent to a thread that takes it alone, again and again
+    /// (`TxQueueBuilder::biased_root`); `off` is for the A/B comparison.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    biased_root: OnOff,
+
     /// A producer out of frames sleeps until one of its frames is freed
     /// (`PoolHandle::alloc_wait`) instead of yielding between polls. Less CPU per packet; the
     /// thread that frees pays the wake-ups. Ignored with the xsk driver (its completions need
@@ -356,6 +361,7 @@ fn main() -> ExitCode {
         pool: cli.pool.kinds()[0],
         qdisc_batch: cli.runner != RunnerArg::PerPacket,
         drain_hints: cli.drain_hints == OnOff::On,
+        biased_root: cli.biased_root == OnOff::On,
         self_send_burst: match cli.self_send_burst {
             0 => usize::MAX,
             n => n as usize,

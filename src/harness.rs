@@ -152,6 +152,8 @@ pub struct Workload {
     pub self_send_burst: usize,
     /// `TxQueueBuilder::drain_hints`: pushes leave drain hints for the runner.
     pub drain_hints: bool,
+    /// `TxQueueBuilder::biased_root`: the root lock is lent to a lone thread.
+    pub biased_root: bool,
 }
 
 impl Default for Workload {
@@ -168,6 +170,7 @@ impl Default for Workload {
             qdisc_batch: true,
             self_send_burst: qdisc::DEFAULT_SELF_SEND_BURST,
             drain_hints: true,
+            biased_root: true,
             flows: 1,
             rate_pps: None,
             qdisc: QdiscKind::Pfifo,
@@ -516,6 +519,7 @@ fn run_engine<Q: Qdisc<Skb> + 'static, D: Driver<Skb> + 'static>(
             .qdisc_batch(w.qdisc_batch)
             .self_send_burst(w.self_send_burst)
             .drain_hints(w.drain_hints)
+            .biased_root(w.biased_root)
             .build(qdisc, driver)
             .expect("valid engine settings"),
     );

@@ -21,6 +21,11 @@ use std::sync as imp;
 
 pub(crate) use imp::MutexGuard;
 
+#[cfg(lockless_loom)]
+pub(crate) use loom::{hint::spin_loop, thread::yield_now};
+#[cfg(not(lockless_loom))]
+pub(crate) use std::{hint::spin_loop, thread::yield_now};
+
 /// A parking mutex that ignores poisoning.
 #[derive(Debug, Default)]
 pub(crate) struct Mutex<T>(imp::Mutex<T>);

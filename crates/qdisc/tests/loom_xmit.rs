@@ -136,6 +136,42 @@ fn defer_list_runner_absorbs_strands_nothing() {
     });
 }
 
+/// (2b') The root lock lent and taken back. Under loom a thread is lent the root lock at its
+/// first acquisition (`TxQueueBuilder::biased_root`, on by default), so in every model here
+/// the second thread to want it revokes the first one's bias: the owner's store-then-reload
+/// against the revoker's clear-fence-wait. Producer 0 sends two packets (the second one
+/// entering by bias), producer 1 one; a biased holder and a mutex holder that overlapped would
+/// touch the root's cell concurrently, which loom reports. Without either side's fence this
+/// model and most others here fail so.
+#[test]
+fn defer_list_lent_root_lock_is_taken_back_safely() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let q = queue(TxQueue::builder().strategy(Strategy::DeferList));
+        let q1 = q.clone();
+        let second = thread::spawn(move || q1.xmit(TestPacket::new(1 << 8, 60)));
+        q.xmit(TestPacket::new(0, 60));
+        q.xmit(TestPacket::new(1, 60));
+        second.join().unwrap();
+        let (_, stats) = all_out_in_order(&q, 3);
+        assert!(stats.root_bias_revokes <= stats.root_bias_grants);
+    });
+}
+
+/// (2b'') The plain mutex, for the build that never lends the root lock.
+#[test]
+fn defer_list_unlent_root_lock_strands_nothing() {
+    loom::model(|| {
+        two_producers_nothing_stranded(
+            TxQueue::builder()
+                .strategy(Strategy::DeferList)
+                .biased_root(false),
+            1,
+        )
+    });
+}
+
 /// (2c) The same with a burst limit of 1 and two packets each, so the counted limit and its
 /// drops are in the model too (a drop is fine, a stranded packet is not).
 #[test]

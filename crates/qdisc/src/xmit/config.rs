@@ -87,6 +87,7 @@ pub struct TxQueueBuilder {
     pub(crate) drain_hints: bool,
     pub(crate) self_send_burst: usize,
     pub(crate) latency_histogram: bool,
+    pub(crate) biased_root: bool,
 }
 
 impl Default for TxQueueBuilder {
@@ -105,6 +106,7 @@ impl Default for TxQueueBuilder {
             drain_hints: true,
             self_send_burst: DEFAULT_SELF_SEND_BURST,
             latency_histogram: false,
+            biased_root: true,
         }
     }
 }
@@ -215,6 +217,21 @@ impl TxQueueBuilder {
             .runner_absorbs(false)
             .batch_bypass(false)
             .self_send_burst(usize::MAX)
+    }
+
+    /// Lend the root lock to a thread that takes it alone, again and again (default on). After
+    /// 64 acquisitions in a row by one thread with nobody else taking the lock in between, that
+    /// thread enters with a store and two loads instead of a compare-and-swap and a swap: the
+    /// cost of the lock at one producer, where the defer list's bypass takes it once a packet.
+    /// Another thread that wants the lock takes it back with one `membarrier` call (a few
+    /// microseconds; each revocation doubles the run the next grant needs, up to 65 536). Needs
+    /// Linux's `membarrier` (4.14); without it the lock is a plain mutex. Counted in
+    /// [`XmitStats::root_bias_grants`](crate::XmitStats::root_bias_grants) and
+    /// [`root_bias_revokes`](crate::XmitStats::root_bias_revokes); behaviour is the same
+    /// either way.
+    pub fn biased_root(mut self, on: bool) -> Self {
+        self.biased_root = on;
+        self
     }
 
     /// Keep a log2 histogram of `xmit` call latency (default off). One call in

@@ -15,12 +15,13 @@ use llist_defer::{Fifo, Pushed};
 
 use crate::packet::{DropReason, Packet};
 use crate::qdisc::{Qdisc, ToFree, Verdict};
-use crate::sync::{MutexGuard, Ordering, fence};
+use crate::sync::{Ordering, fence};
 
 use super::config::Overflow;
 use super::driver::Driver;
 use super::guard::RunRole;
 use super::queue::{Root, TxQueue};
+use super::rootlock::RootGuard;
 use super::run::{PENDING, RUNNING};
 
 impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
@@ -150,7 +151,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     #[inline(always)]
     pub(super) fn bypass_locked<'a>(
         &'a self,
-        mut root: MutexGuard<'a, Root<P, Q>>,
+        mut root: RootGuard<'a, Root<P, Q>>,
         batch: Fifo<P>,
         bytes: u64,
         to_free: &mut ToFree<P>,
@@ -205,7 +206,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// FIFO, then bypass or enqueue and run.
     pub(super) fn drain<'a>(
         &'a self,
-        root: MutexGuard<'a, Root<P, Q>>,
+        root: RootGuard<'a, Root<P, Q>>,
         to_free: &mut ToFree<P>,
     ) -> Verdict {
         let batch = self.defer.take_all().reverse();
@@ -249,7 +250,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     #[inline]
     fn drain_batch<'a>(
         &'a self,
-        mut root: MutexGuard<'a, Root<P, Q>>,
+        mut root: RootGuard<'a, Root<P, Q>>,
         mut batch: Fifo<P>,
         to_free: &mut ToFree<P>,
     ) -> Verdict {

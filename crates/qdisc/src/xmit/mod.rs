@@ -3,7 +3,8 @@
 //!
 //! A reader looking for one thing finds it in one file: the public API in `queue.rs`, each
 //! strategy's protocol in `defer.rs`, `busylock.rs` and `nolock.rs`, the run loop every runner
-//! shares in `run.rs`, and the unwind accounting in `guard.rs`.
+//! shares in `run.rs`, the root lock and its bias in `rootlock.rs`, and the unwind accounting
+//! in `guard.rs`.
 
 /// BusyLock: the pre-2025 kernel's `__dev_xmit_skb`.
 mod busylock;
@@ -19,6 +20,8 @@ mod guard;
 mod nolock;
 /// The queue itself: its state and the public API.
 mod queue;
+/// The root lock: a mutex that lends itself to a lone thread (owner bias, `membarrier`).
+mod rootlock;
 /// The locked run loop, enqueue / dequeue of batches and the driver call.
 mod run;
 /// Counters, contention and the latency histogram.

@@ -14,7 +14,9 @@
 //!
 //! Who may do what:
 //! - the **root lock** guards the qdisc, the requeue list (`gso_skb`), `running` and
-//!   `deactivated`; it is never held while the driver runs;
+//!   `deactivated`; a mutex that lends itself to a thread taking it alone, again and again
+//!   (`rootlock.rs`, [`TxQueueBuilder::biased_root`]), which is the same exclusion at no locked
+//!   instruction;
 //! - the **run role** (`running` for the locked strategies, the seqlock for NoLock) is held by at
 //!   most one thread, the runner, which alone dequeues for and calls the driver;
 //! - the **defer list** takes pushes from anyone; only a thread holding the root lock drains
@@ -49,13 +51,14 @@ use super::config::{Strategy, TxQueueBuilder};
 use super::driver::Driver;
 use super::guard::{Dropped, RunRole};
 use super::nolock::BUSY;
+use super::rootlock::{RootGuard, RootLock};
 use super::run::SCHED;
 use super::stats::{Counter, Stamp, XmitCounters, XmitStats};
 
 /// What the root lock guards.
 ///
-/// Padded on both sides (`repr(C)`, so the pads stay first and last): the `Mutex` keeps its
-/// lock word just before or just after this value, and producers that only try the lock (or
+/// Padded on both sides (`repr(C)`, so the pads stay first and last): the root lock keeps its
+/// lock words just before or just after this value, and producers that only try the lock (or
 /// spin on it) must not pull the runner's qdisc head into their cache on every attempt (false
 /// sharing that perf showed as misses in the runner's dequeue).
 #[repr(C)]
@@ -99,7 +102,7 @@ pub struct BulkVerdict {
 /// sent, still queued, or counted in [`XmitStats::drops`] with its reason.
 pub struct TxQueue<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
     pub(super) defer: CachePadded<DeferList<P>>,
-    pub(super) root: CachePadded<Mutex<Root<P, Q>>>,
+    pub(super) root: CachePadded<RootLock<Root<P, Q>>>,
     pub(super) busylock: CachePadded<Mutex<()>>,
     /// Touched only by the holder of the run role (see `TxQueue::driver_mut`).
     pub(super) driver: CachePadded<UnsafeCell<D>>,
@@ -186,13 +189,16 @@ impl TxQueueBuilder {
         let bypass_ok = qdisc.can_bypass();
         Ok(TxQueue {
             defer: CachePadded::new(defer),
-            root: CachePadded::new(Mutex::new(Root {
-                _front: CachePadded::new(()),
-                qdisc,
-                requeue: Fifo::new(),
-                deactivated: false,
-                _back: CachePadded::new(()),
-            })),
+            root: CachePadded::new(RootLock::new(
+                Root {
+                    _front: CachePadded::new(()),
+                    qdisc,
+                    requeue: Fifo::new(),
+                    deactivated: false,
+                    _back: CachePadded::new(()),
+                },
+                self.biased_root,
+            )),
             busylock: CachePadded::new(Mutex::new(())),
             driver: CachePadded::new(UnsafeCell::new(driver)),
             seqlock: CachePadded::new(AtomicBool::new(false)),
@@ -342,9 +348,15 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         drop(packets);
     }
 
-    pub(super) fn lock_root(&self) -> MutexGuard<'_, Root<P, Q>> {
-        let c = &self.counters;
-        lock_counted(&self.root, &c.root_contended, &c.root_wait_ns)
+    pub(super) fn lock_root(&self) -> RootGuard<'_, Root<P, Q>> {
+        if let Some(g) = self.root.try_lock() {
+            return g;
+        }
+        let t0 = Stamp::now();
+        let g = self.root.lock();
+        self.counters.root_contended.add(1);
+        self.counters.root_wait_ns.add(t0.elapsed_ns());
+        g
     }
 
     /// Runs whatever is queued if nobody else is running it: drains the defer list and the
@@ -528,9 +540,15 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         self.cfg.strategy
     }
 
+    /// Whether the root lock may be lent to a lone thread
+    /// ([`TxQueueBuilder::biased_root`] asked for it, and `membarrier` is available).
+    pub fn root_lendable(&self) -> bool {
+        self.root.lendable()
+    }
+
     /// The engine's counters.
     pub fn stats(&self) -> XmitStats {
-        self.counters.snapshot()
+        self.counters.snapshot(self.root.bias_counts())
     }
 
     /// The qdisc's `tc` counters, with the engine's requeues and bypassed packets folded in as

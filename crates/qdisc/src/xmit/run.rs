@@ -17,13 +17,14 @@ use llist_defer::Fifo;
 
 use crate::packet::{DropReason, Packet};
 use crate::qdisc::{BatchVerdict, Qdisc, ToFree, Verdict};
-use crate::sync::{MutexGuard, Ordering};
+use crate::sync::Ordering;
 
 use super::config::Strategy;
 use super::driver::Driver;
 use super::guard::{DriverCall, InHand, RunRole};
 use super::nolock::{BUSY, MISSED};
 use super::queue::{Root, TxQueue};
+use super::rootlock::RootGuard;
 
 /// A reschedule is pending for the poll loop / TxWorker (`__QDISC_STATE_SCHED`).
 pub(super) const SCHED: u32 = 4;
@@ -39,10 +40,10 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// dequeuing anything. Returns with the role given back and the lock held.
     pub(super) fn run<'a>(
         &'a self,
-        mut root: MutexGuard<'a, Root<P, Q>>,
+        mut root: RootGuard<'a, Root<P, Q>>,
         direct: Fifo<P>,
         to_free: &mut ToFree<P>,
-    ) -> MutexGuard<'a, Root<P, Q>> {
+    ) -> RootGuard<'a, Root<P, Q>> {
         let mut role = RunRole::new(self, Fifo::new());
         role.direct = direct;
         let mut bypass = false;
@@ -150,7 +151,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// `qdisc_run_begin` for a locked qdisc: the caller holds the root lock and saw the role
     /// free.
     #[inline]
-    pub(super) fn run_begin_locked(&self, _root: &MutexGuard<'_, Root<P, Q>>) {
+    pub(super) fn run_begin_locked(&self, _root: &RootGuard<'_, Root<P, Q>>) {
         // A stale PENDING (its pusher saw no runner and drains by itself) is dropped here.
         // Every write of `running` is an RMW, so all of them fall in one total order with the
         // pushers' `fetch_or(PENDING)` (loom showed a plain store is not enough).

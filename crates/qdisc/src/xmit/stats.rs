@@ -138,7 +138,7 @@ impl XmitCounters {
         }
     }
 
-    pub(crate) fn snapshot(&self) -> XmitStats {
+    pub(crate) fn snapshot(&self, (root_bias_grants, root_bias_revokes): (u64, u64)) -> XmitStats {
         XmitStats {
             sent: self.sent.get(),
             sent_bytes: self.sent_bytes.get(),
@@ -157,6 +157,8 @@ impl XmitCounters {
             enqueue_calls: self.enqueue_calls.get(),
             enqueued: self.enqueued.get(),
             driver_calls: self.driver_calls.get(),
+            root_bias_grants,
+            root_bias_revokes,
             latency_ns: self.latency.as_ref().map(Log2Histogram::snapshot),
         }
     }
@@ -201,6 +203,11 @@ pub struct XmitStats {
     /// Calls into [`Driver::xmit`](crate::Driver::xmit) (`sent / driver_calls` is the mean
     /// batch the driver saw).
     pub driver_calls: u64,
+    /// Times a thread that took the root lock alone, again and again, was lent it: its next
+    /// acquisitions cost no locked instruction ([`TxQueueBuilder::biased_root`](crate::TxQueueBuilder::biased_root)).
+    pub root_bias_grants: u64,
+    /// Times another thread took the lent root lock back (a `membarrier` call each).
+    pub root_bias_revokes: u64,
     /// Log2 histogram of `xmit` call latency in ns, if enabled: one call in
     /// [`LATENCY_SAMPLE_EVERY`] per thread is timed.
     pub latency_ns: Option<[u64; BUCKETS]>,
@@ -292,13 +299,15 @@ impl fmt::Display for XmitStats {
         writeln!(
             f,
             "lock contention: root {} waits, {:.3} ms total; busylock {} waits, {:.3} ms total; \
-             helped drains {}; overflow waits {}",
+             helped drains {}; overflow waits {}; root lent {} times, taken back {}",
             self.root_contended,
             self.root_wait_ns as f64 / 1e6,
             self.busylock_contended,
             self.busylock_wait_ns as f64 / 1e6,
             self.helped_drains,
-            self.overflow_waits
+            self.overflow_waits,
+            self.root_bias_grants,
+            self.root_bias_revokes
         )?;
         self.fmt_histogram(f)
     }

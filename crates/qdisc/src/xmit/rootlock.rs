@@ -1,0 +1,639 @@
+//! The root lock ([`RootLock`]): a parking mutex that lends itself to one thread. A thread that
+//! takes it [`BIAS_AFTER`] times in a row with nobody else taking it in between is granted the
+//! *bias*: from then on it enters by storing a flag in a cache line of its own and loading a
+//! word it only reads, with no locked instruction, where a mutex costs a compare-and-swap and a swap
+//! (about 9 ns a pair on the project's machine: a lone producer's whole synchronisation cost
+//! against a queue of its own). Any other thread that wants the lock revokes the bias first.
+//!
+//! The hand-over is an asymmetric Dekker handshake. The owner stores "inside this lock" in its
+//! thread's [`Slot`], then reloads the bias word; a revoker clears the bias word, then issues a
+//! heavy barrier (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: every running thread of the
+//! process executes a full fence) and waits until the owner's slot no longer names this lock.
+//! The heavy barrier orders the owner's store before its reload as a fence on its side would,
+//! so the owner's side needs only a compiler fence: either the revoker sees the owner inside
+//! (and waits), or the owner sees the bias gone (and takes the mutex). Under loom both
+//! barriers are `SeqCst` fences, which is what `membarrier` guarantees, and the model checks the
+//! handshake (`tests/loom_xmit.rs`).
+//!
+//! A revocation costs a system call that interrupts every CPU running the process (a few
+//! microseconds), so each one doubles the run of uncontended acquisitions the next grant needs
+//! (up to [`MAX_BIAS_AFTER`]): a lock that several threads take in turn is soon never lent.
+//! Without `membarrier` (not Linux, or the registration refused) no bias is ever granted.
+//!
+//! Owns: the mutex, the bias word, the per-thread slots and the grant policy. Must not: know what
+//! it guards (the engine's `Root`) or how the engine uses it.
+
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+
+// A slot's `Arc` is std's even under loom: a queue dropped while a failed model unwinds must
+// not reach into the model from a destructor. Its atomic is the model's.
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, UnsafeCell};
+
+/// Uncontended acquisitions in a row by one thread that earn it the bias, at first.
+#[cfg(not(lockless_loom))]
+pub(crate) const BIAS_AFTER: u32 = 64;
+/// Under the model checker the first acquisition earns it, so that every model explores grants
+/// and revocations.
+#[cfg(lockless_loom)]
+pub(crate) const BIAS_AFTER: u32 = 1;
+
+/// The longest run a grant ever needs, however often the bias was revoked.
+pub(crate) const MAX_BIAS_AFTER: u32 = 1 << 16;
+
+/// A thread's mark of which biased lock it is inside (the lock's address; 0: none). Written by
+/// its thread only, on a line of its own (two threads' slots may be allocated side by side);
+/// read by revokers, which hold an `Arc` of it for as long as the bias lasts, so a slot
+/// outlives its thread if it must.
+pub(crate) struct Slot {
+    inside: CachePadded<AtomicUsize>,
+}
+
+impl Slot {
+    fn new() -> Arc<Slot> {
+        Arc::new(Slot {
+            inside: CachePadded::new(AtomicUsize::new(0)),
+        })
+    }
+}
+
+/// This thread's slot, created at its first use of a lendable lock, and (outside loom) a plain
+/// pointer to it that the fast path reads without the lazy thread-local's state check. The
+/// pointer is cleared when the slot's thread-local is destroyed at thread exit.
+#[cfg(not(lockless_loom))]
+mod this_thread {
+    use core::cell::Cell;
+
+    use super::{Arc, Slot};
+
+    struct Owned(Arc<Slot>);
+
+    impl Drop for Owned {
+        fn drop(&mut self) {
+            // A lock taken from a later thread-local destructor goes through the mutex.
+            let _ = PTR.try_with(|p| p.set(core::ptr::null()));
+        }
+    }
+
+    std::thread_local! {
+        static PTR: Cell<*const Slot> = const { Cell::new(core::ptr::null()) };
+        static OWNED: Owned = {
+            let slot = Slot::new();
+            PTR.with(|p| p.set(&*slot as *const Slot));
+            Owned(slot)
+        };
+    }
+
+    /// This thread's slot address (0 if it has none yet, or none any more).
+    #[inline]
+    pub(super) fn addr() -> usize {
+        PTR.with(|p| p.get() as usize)
+    }
+
+    /// This thread's slot, created if need be (`None` during thread exit).
+    pub(super) fn slot() -> Option<Arc<Slot>> {
+        OWNED.try_with(|o| o.0.clone()).ok()
+    }
+}
+
+/// Under loom: a lazy thread-local per model thread, no pointer cache.
+#[cfg(lockless_loom)]
+mod this_thread {
+    use super::{Arc, Slot};
+
+    loom::thread_local! {
+        static OWNED: Arc<Slot> = Slot::new();
+    }
+
+    pub(super) fn addr() -> usize {
+        OWNED.with(|s| &**s as *const Slot as usize)
+    }
+
+    pub(super) fn slot() -> Option<Arc<Slot>> {
+        Some(OWNED.with(Arc::clone))
+    }
+}
+
+/// What only the mutex holder reads and writes.
+struct Policy {
+    /// The slot of the bias owner, kept alive while the bias word names it.
+    owner: Option<Arc<Slot>>,
+    /// The slot address of the last thread that took the mutex, and its run of acquisitions.
+    last: usize,
+    streak: u32,
+    /// The run that earns the bias now (0: never).
+    need: u32,
+}
+
+/// A mutex with an owner bias; see the module docs.
+pub(crate) struct RootLock<T> {
+    /// 0, or the address of the bias owner's [`Slot`]. Written only by the mutex holder.
+    bias: AtomicUsize,
+    mutex: Mutex<Policy>,
+    /// Whether a bias may ever be granted (asked for, and `membarrier` available).
+    lendable: bool,
+    grants: AtomicU64,
+    revokes: AtomicU64,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: `data` is reached only through a `RootGuard`, and guards are exclusive: a mutex guard
+// excludes every other mutex guard, and the bias handshake excludes a biased guard from every
+// mutex guard (and from every other biased guard: one owner, one slot mark per thread). So
+// sharing the lock hands `&mut T` to one thread at a time: `T: Send` suffices.
+unsafe impl<T: Send> Sync for RootLock<T> {}
+// SAFETY: as above; moving the lock moves `T`.
+unsafe impl<T: Send> Send for RootLock<T> {}
+
+/// Exclusive access to the data of a [`RootLock`], through the mutex or by bias.
+pub(crate) struct RootGuard<'a, T> {
+    lock: &'a RootLock<T>,
+    #[cfg(not(lockless_loom))]
+    data: *mut T,
+    #[cfg(lockless_loom)]
+    data: core::mem::ManuallyDrop<loom::cell::MutPtr<T>>,
+    how: How<'a>,
+    /// Not `Send`: a biased guard clears its own thread's slot.
+    _not_send: PhantomData<*const ()>,
+}
+
+/// How a guard holds the lock: exactly one of the two is `Some`. (Two options rather than an
+/// enum: the enum packed its tag beside the mutex guard's poison flag, and every move of a guard
+/// became odd-sized copies that stalled store forwarding, 6 ns a packet at one producer.)
+struct How<'a> {
+    /// Unlocks as it drops.
+    #[allow(dead_code)]
+    locked: Option<MutexGuard<'a, Policy>>,
+    /// The owner's slot (this thread's own, alive while it runs).
+    biased: Option<&'a Slot>,
+}
+
+impl<T> RootLock<T> {
+    /// A lock over `value`; `bias` off never lends it.
+    pub(crate) fn new(value: T, bias: bool) -> Self {
+        let need = if bias && heavy::available() {
+            BIAS_AFTER
+        } else {
+            0
+        };
+        RootLock {
+            bias: AtomicUsize::new(0),
+            mutex: Mutex::new(Policy {
+                owner: None,
+                last: 0,
+                streak: 0,
+                need,
+            }),
+            lendable: need != 0,
+            grants: AtomicU64::new(0),
+            revokes: AtomicU64::new(0),
+            data: UnsafeCell::new(value),
+        }
+    }
+
+    /// Whether this lock may ever be lent (asked for, and `membarrier` available).
+    pub(crate) fn lendable(&self) -> bool {
+        self.lendable
+    }
+
+    /// Grants and revocations so far.
+    pub(crate) fn bias_counts(&self) -> (u64, u64) {
+        (
+            self.grants.load(Ordering::Relaxed),
+            self.revokes.load(Ordering::Relaxed),
+        )
+    }
+
+    fn addr(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// Takes the lock, waiting for it (and revoking another thread's bias) if need be.
+    #[inline(always)]
+    pub(crate) fn lock(&self) -> RootGuard<'_, T> {
+        if let Some(g) = self.enter_biased() {
+            return g;
+        }
+        self.lock_slow(self.mutex.lock())
+    }
+
+    /// Takes the lock if that needs no waiting: `None` if another thread holds the mutex or
+    /// the bias (a try does not revoke).
+    #[inline(always)]
+    pub(crate) fn try_lock(&self) -> Option<RootGuard<'_, T>> {
+        if let Some(g) = self.enter_biased() {
+            return Some(g);
+        }
+        let b = self.bias.load(Ordering::Relaxed);
+        if b != 0 && b != this_thread::addr() {
+            return None;
+        }
+        let policy = self.mutex.try_lock()?;
+        let b = self.bias.load(Ordering::Relaxed);
+        if b != 0 && b != this_thread::addr() {
+            // Granted to another thread between the two reads.
+            return None;
+        }
+        Some(self.locked(policy))
+    }
+
+    /// The owner's entry: no locked instruction. `None` unless this thread holds the bias and
+    /// is inside no other biased lock (a nested entry takes the mutex).
+    #[inline(always)]
+    fn enter_biased(&self) -> Option<RootGuard<'_, T>> {
+        let b = self.bias.load(Ordering::Relaxed);
+        if b == 0 || b != this_thread::addr() {
+            return None;
+        }
+        // SAFETY: `b` is this thread's own slot address (just compared), and its slot lives
+        // while the thread runs.
+        let slot = unsafe { &*(b as *const Slot) };
+        if slot.inside.load(Ordering::Relaxed) != 0 {
+            // Inside another biased lock: a nested entry takes the mutex.
+            return None;
+        }
+        slot.inside.store(self.addr(), Ordering::Relaxed);
+        // Pairs with the revoker's heavy barrier: either it sees our mark, or we see the bias
+        // gone.
+        heavy::light_barrier();
+        if self.bias.load(Ordering::Acquire) != b {
+            slot.inside.store(0, Ordering::Release);
+            return None;
+        }
+        Some(RootGuard::new(
+            self,
+            How {
+                locked: None,
+                biased: Some(slot),
+            },
+        ))
+    }
+
+    /// After taking the mutex: revoke another thread's bias, count the run, maybe grant.
+    #[cold]
+    fn lock_slow<'a>(&'a self, policy: MutexGuard<'a, Policy>) -> RootGuard<'a, T> {
+        self.locked(policy)
+    }
+
+    #[inline(always)]
+    fn locked<'a>(&'a self, mut policy: MutexGuard<'a, Policy>) -> RootGuard<'a, T> {
+        // A lock never lent is a plain mutex: one test here.
+        if policy.need != 0 {
+            self.track(&mut policy);
+        }
+        RootGuard::new(
+            self,
+            How {
+                locked: Some(policy),
+                biased: None,
+            },
+        )
+    }
+
+    /// The mutex holder's bookkeeping of a lendable lock: revoke another thread's bias, count
+    /// this thread's run, grant the bias when the run is long enough.
+    #[inline(never)]
+    fn track(&self, policy: &mut Policy) {
+        let mut me = this_thread::addr();
+        if me == 0 {
+            me = this_thread::slot().map_or(0, |s| &*s as *const Slot as usize);
+        }
+        let b = self.bias.load(Ordering::Relaxed);
+        if b != 0 && b != me {
+            self.revoke(policy);
+        }
+        if policy.last == me && me != 0 {
+            policy.streak = policy.streak.saturating_add(1);
+        } else {
+            policy.last = me;
+            policy.streak = 1;
+        }
+        if b == 0 && me != 0 && policy.streak >= policy.need {
+            self.grant(policy);
+        }
+    }
+
+    /// Lends the lock to this thread (the mutex holder): its next acquisitions enter by bias.
+    #[cold]
+    fn grant(&self, policy: &mut Policy) {
+        let Some(slot) = this_thread::slot() else {
+            return;
+        };
+        let me = &*slot as *const Slot as usize;
+        policy.owner = Some(slot);
+        policy.last = me;
+        // Only this thread compares the word with its own slot, and nobody reads the data
+        // through the bias before this thread does: no ordering needed beyond the mutex's.
+        self.bias.store(me, Ordering::Relaxed);
+        self.grants.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the bias back from its owner: clear the word, make every running thread fence,
+    /// wait until the owner is not inside. The caller holds the mutex.
+    fn revoke(&self, policy: &mut Policy) {
+        let owner = policy
+            .owner
+            .take()
+            .expect("a bias word names a slot the policy keeps");
+        self.bias.store(0, Ordering::Relaxed);
+        heavy::barrier();
+        let mut spins = 0u32;
+        while owner.inside.load(Ordering::Acquire) == self.addr() {
+            // The owner is inside: a short section, unless it was preempted there.
+            if spins < 64 {
+                spins += 1;
+                crate::sync::spin_loop();
+            } else {
+                crate::sync::yield_now();
+            }
+        }
+        self.revokes.fetch_add(1, Ordering::Relaxed);
+        policy.need = policy.need.saturating_mul(2).min(MAX_BIAS_AFTER);
+        policy.streak = 0;
+    }
+}
+
+impl<'a, T> RootGuard<'a, T> {
+    fn new(lock: &'a RootLock<T>, how: How<'a>) -> Self {
+        RootGuard {
+            lock,
+            #[cfg(not(lockless_loom))]
+            data: lock.data.with_mut(|p| p),
+            #[cfg(lockless_loom)]
+            data: core::mem::ManuallyDrop::new(lock.data.get_mut()),
+            how,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Whether this guard entered by bias (no mutex held).
+    #[cfg(all(test, not(lockless_loom)))]
+    fn is_biased(&self) -> bool {
+        self.how.biased.is_some()
+    }
+}
+
+impl<T> Deref for RootGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard is exclusive (see `RootLock`'s `Sync`), and the pointer is the
+        // lock's data, alive as long as the borrow of the lock.
+        #[cfg(not(lockless_loom))]
+        unsafe {
+            &*self.data
+        }
+        // SAFETY: as above; loom tracks the access until the guard drops.
+        #[cfg(lockless_loom)]
+        unsafe {
+            loom::cell::MutPtr::deref(&self.data)
+        }
+    }
+}
+
+impl<T> DerefMut for RootGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only reference.
+        #[cfg(not(lockless_loom))]
+        unsafe {
+            &mut *self.data
+        }
+        // SAFETY: as above.
+        #[cfg(lockless_loom)]
+        unsafe {
+            loom::cell::MutPtr::deref(&self.data)
+        }
+    }
+}
+
+impl<T> Drop for RootGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // The data access ends before the lock is let go.
+        #[cfg(lockless_loom)]
+        // SAFETY: dropped once, here, and never used after.
+        unsafe {
+            core::mem::ManuallyDrop::drop(&mut self.data)
+        };
+        if let Some(slot) = self.how.biased {
+            slot.inside.store(0, Ordering::Release);
+        }
+        // A mutex guard unlocks as its field drops, after this.
+        let _ = self.lock;
+    }
+}
+
+/// The two barriers of the handshake.
+#[cfg(all(target_os = "linux", not(lockless_loom)))]
+mod heavy {
+    use std::sync::OnceLock;
+
+    const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
+    const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+    fn membarrier(cmd: libc::c_int) -> bool {
+        // SAFETY: membarrier(cmd, 0, 0) takes no pointer; it fails with an errno when the
+        // command is not supported or not registered.
+        unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0u32, 0i32) == 0 }
+    }
+
+    /// Registers the process for expedited private barriers, once.
+    pub(super) fn available() -> bool {
+        static REGISTERED: OnceLock<bool> = OnceLock::new();
+        *REGISTERED.get_or_init(|| membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED))
+    }
+
+    /// The owner's side: the compiler keeps the slot store before the bias reload; the
+    /// revoker's `membarrier` supplies the CPU fence.
+    #[inline(always)]
+    pub(super) fn light_barrier() {
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The revoker's side: every running thread of the process executes a full fence. Only
+    /// called with a bias granted, so after a registration that succeeded; should the call
+    /// fail all the same, the global barrier (no registration, a grace period) does the job.
+    pub(super) fn barrier() {
+        if !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) && !membarrier(MEMBARRIER_CMD_GLOBAL) {
+            // No barrier means no proof that the owner is out: nothing safe is left to do.
+            std::process::abort();
+        }
+    }
+}
+
+/// Without `membarrier` nothing is ever lent, so neither barrier runs.
+#[cfg(all(not(target_os = "linux"), not(lockless_loom)))]
+mod heavy {
+    pub(super) fn available() -> bool {
+        false
+    }
+    #[inline(always)]
+    pub(super) fn light_barrier() {}
+    pub(super) fn barrier() {
+        unreachable!("no bias is granted without membarrier")
+    }
+}
+
+/// Under loom: what `membarrier` guarantees, a `SeqCst` fence on each side.
+#[cfg(lockless_loom)]
+mod heavy {
+    use crate::sync::{Ordering, fence};
+
+    pub(super) fn available() -> bool {
+        true
+    }
+    pub(super) fn light_barrier() {
+        fence(Ordering::SeqCst);
+    }
+    pub(super) fn barrier() {
+        fence(Ordering::SeqCst);
+    }
+}
+
+#[cfg(all(test, not(lockless_loom)))]
+mod tests {
+    use std::sync::Arc as StdArc;
+    use std::sync::Barrier;
+    use std::thread;
+
+    use super::{BIAS_AFTER, RootLock};
+
+    /// Takes the lock `n` times on this thread; returns whether the last entry was by bias.
+    fn take(lock: &RootLock<u64>, n: u32) -> bool {
+        let mut biased = false;
+        for _ in 0..n {
+            let mut g = lock.lock();
+            *g += 1;
+            biased = g.is_biased();
+        }
+        biased
+    }
+
+    #[test]
+    fn a_lone_thread_is_lent_the_lock_after_its_run() {
+        let lock = RootLock::new(0u64, true);
+        if !lock.lendable() {
+            eprintln!("skipped: membarrier(PRIVATE_EXPEDITED) is not available here");
+            return;
+        }
+        assert!(
+            !take(&lock, BIAS_AFTER - 1),
+            "lent before the run was long enough"
+        );
+        assert_eq!(lock.bias_counts(), (0, 0));
+        // The BIAS_AFTER-th acquisition grants (through the mutex); the next enters by bias.
+        assert!(!take(&lock, 1));
+        assert_eq!(lock.bias_counts(), (1, 0));
+        assert!(take(&lock, 1), "the owner did not enter by bias");
+        assert!(lock.try_lock().is_some_and(|g| g.is_biased()));
+        assert_eq!(*lock.lock(), u64::from(BIAS_AFTER) + 1);
+    }
+
+    #[test]
+    fn a_lock_built_without_bias_is_a_plain_mutex() {
+        let lock = RootLock::new(0u64, false);
+        assert!(!lock.lendable());
+        assert!(!take(&lock, 4 * BIAS_AFTER));
+        assert_eq!(lock.bias_counts(), (0, 0));
+    }
+
+    #[test]
+    fn another_thread_takes_the_lock_back_and_the_next_grant_needs_twice_the_run() {
+        let lock = StdArc::new(RootLock::new(0u64, true));
+        if !lock.lendable() {
+            eprintln!("skipped: membarrier(PRIVATE_EXPEDITED) is not available here");
+            return;
+        }
+        take(&lock, BIAS_AFTER + 1);
+        assert_eq!(lock.bias_counts(), (1, 0));
+        // A try from another thread neither waits nor revokes.
+        let l = lock.clone();
+        assert!(
+            thread::spawn(move || l.try_lock().is_none())
+                .join()
+                .unwrap()
+        );
+        assert_eq!(lock.bias_counts(), (1, 0));
+        // A lock from another thread revokes, and sees everything the owner wrote.
+        let l = lock.clone();
+        let seen = thread::spawn(move || *l.lock()).join().unwrap();
+        assert_eq!(seen, u64::from(BIAS_AFTER) + 1);
+        assert_eq!(lock.bias_counts(), (1, 1));
+        // Back on this thread: the mutex path, until a run of twice the first.
+        assert!(!take(&lock, 2 * BIAS_AFTER));
+        assert_eq!(lock.bias_counts(), (2, 1));
+        assert!(take(&lock, 1));
+    }
+
+    #[test]
+    fn an_owner_inside_one_lent_lock_takes_another_through_its_mutex() {
+        let (a, b) = (RootLock::new(0u64, true), RootLock::new(0u64, true));
+        if !a.lendable() {
+            eprintln!("skipped: membarrier(PRIVATE_EXPEDITED) is not available here");
+            return;
+        }
+        take(&a, BIAS_AFTER + 1);
+        take(&b, BIAS_AFTER + 1);
+        let ga = a.lock();
+        assert!(ga.is_biased());
+        let gb = b.lock();
+        assert!(
+            !gb.is_biased(),
+            "a nested entry must not reuse the thread's one slot mark"
+        );
+        drop(gb);
+        drop(ga);
+        assert!(b.lock().is_biased());
+    }
+
+    /// More threads than cores bump a counter with a read, a yield and a write: any overlap
+    /// of two holders (a biased one and a mutex one) loses an update. The lock starts lent to
+    /// the main thread, so at least one revocation races the workers; each worker takes long
+    /// runs, so the bias may be granted and revoked again.
+    #[test]
+    fn holders_never_overlap_while_the_bias_moves() {
+        const THREADS: u64 = 6;
+        const RUNS: u64 = 40;
+        let lock = StdArc::new(RootLock::new(0u64, true));
+        let lent = lock.lendable();
+        take(&lock, BIAS_AFTER);
+        *lock.lock() = 0;
+        let start = StdArc::new(Barrier::new(THREADS as usize));
+        let run = u64::from(BIAS_AFTER) * 3;
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (lock, start) = (lock.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    for _ in 0..RUNS {
+                        for i in 0..run {
+                            let mut g = lock.lock();
+                            let v = *g;
+                            if i % 16 == 0 {
+                                thread::yield_now();
+                            }
+                            *g = v + 1;
+                        }
+                        thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(*lock.lock(), THREADS * RUNS * run);
+        let (grants, revokes) = lock.bias_counts();
+        eprintln!("grants {grants}, revokes {revokes}");
+        assert!(revokes <= grants && grants <= revokes + 1);
+        if lent {
+            assert!(revokes >= 1, "the bias was never taken back");
+        }
+    }
+}
