@@ -1,24 +1,27 @@
-//! The root lock ([`RootLock`]): a parking mutex that lends itself to one thread. A thread that
-//! takes it [`BIAS_AFTER`] times in a row with nobody else taking it in between is granted the
-//! *bias*: from then on it enters by storing a flag in a cache line of its own and loading a
-//! word it only reads, with no locked instruction, where a mutex costs a compare-and-swap and a swap
-//! (about 9 ns a pair on the project's machine: a lone producer's whole synchronisation cost
-//! against a queue of its own). Any other thread that wants the lock revokes the bias first.
+//! The root lock ([`RootLock`](crate::xmit::rootlock::RootLock)): a parking mutex that lends
+//! itself to one thread. A thread that takes it
+//! [`BIAS_AFTER`](crate::xmit::rootlock::BIAS_AFTER) times in a row with nobody else taking it
+//! in between is granted the *bias*: from then on it enters by storing a flag in a cache line
+//! of its own and loading a word it only reads, with no locked instruction, where a mutex costs
+//! a compare-and-swap and a swap (about 9 ns a pair on the project's machine: a lone
+//! producer's whole synchronisation cost against a queue of its own). Any other thread that
+//! wants the lock revokes the bias first.
 //!
 //! The hand-over is an asymmetric Dekker handshake. The owner stores "inside this lock" in its
-//! thread's [`Slot`], then reloads the bias word; a revoker clears the bias word, then issues a
-//! heavy barrier (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: every running thread of the
-//! process executes a full fence) and waits until the owner's slot no longer names this lock.
-//! The heavy barrier orders the owner's store before its reload as a fence on its side would,
-//! so the owner's side needs only a compiler fence: either the revoker sees the owner inside
-//! (and waits), or the owner sees the bias gone (and takes the mutex). Under loom both
-//! barriers are `SeqCst` fences, which is what `membarrier` guarantees, and the model checks the
-//! handshake (`tests/loom_xmit.rs`).
+//! thread's [`Slot`](crate::xmit::rootlock::Slot), then reloads the bias word; a revoker clears
+//! the bias word, then issues a heavy barrier (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`:
+//! every running thread of the process executes a full fence) and waits until the owner's slot
+//! no longer names this lock. The heavy barrier orders the owner's store before its reload as
+//! a fence on its side would, so the owner's side needs only a compiler fence: either the
+//! revoker sees the owner inside (and waits), or the owner sees the bias gone (and takes the
+//! mutex). Under loom both barriers are `SeqCst` fences, which is what `membarrier`
+//! guarantees, and the models check the handshake (`tests/loom_xmit.rs`).
 //!
 //! A revocation costs a system call that interrupts every CPU running the process (a few
 //! microseconds), so each one doubles the run of uncontended acquisitions the next grant needs
-//! (up to [`MAX_BIAS_AFTER`]): a lock that several threads take in turn is soon never lent.
-//! Without `membarrier` (not Linux, or the registration refused) no bias is ever granted.
+//! (up to [`MAX_BIAS_AFTER`](crate::xmit::rootlock::MAX_BIAS_AFTER)): a lock that several
+//! threads take in turn is soon never lent. Without `membarrier` (not Linux, or the
+//! registration refused) no bias is ever granted.
 //!
 //! Owns: the mutex, the bias word, the per-thread slots and the grant policy. Must not: know what
 //! it guards (the engine's `Root`) or how the engine uses it.
