@@ -211,9 +211,11 @@ impl TxQueueBuilder {
     }
 
     /// The kernel's exact DeferList protocol: no early bypass, no runner absorbing, only a
-    /// batch of one bypasses the qdisc, every burst goes through the defer list.
+    /// batch of one bypasses the qdisc, every burst goes through the defer list, and the root
+    /// lock is never lent (the kernel's is a spinlock).
     pub fn kernel_exact(self) -> Self {
-        self.early_bypass(false)
+        self.biased_root(false)
+            .early_bypass(false)
             .runner_absorbs(false)
             .batch_bypass(false)
             .self_send_burst(usize::MAX)

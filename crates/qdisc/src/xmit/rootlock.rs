@@ -53,12 +53,19 @@ pub(crate) const MAX_BIAS_AFTER: u32 = 1 << 16;
 /// read by revokers, which hold an `Arc` of it for as long as the bias lasts, so a slot
 /// outlives its thread if it must.
 pub(crate) struct Slot {
+    /// Never reused, unlike an address (a dead thread's slot may be freed and its address
+    /// handed to a new thread's): the grant policy tells threads apart by it.
+    id: u64,
     inside: CachePadded<AtomicUsize>,
 }
 
 impl Slot {
     fn new() -> Arc<Slot> {
+        // Not the model's atomic: ids only tell threads apart, and no decision depends on
+        // their values.
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Arc::new(Slot {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             inside: CachePadded::new(AtomicUsize::new(0)),
         })
     }
@@ -125,8 +132,8 @@ mod this_thread {
 struct Policy {
     /// The slot of the bias owner, kept alive while the bias word names it.
     owner: Option<Arc<Slot>>,
-    /// The slot address of the last thread that took the mutex, and its run of acquisitions.
-    last: usize,
+    /// The slot id of the last thread that took the mutex, and its run of acquisitions.
+    last: u64,
     streak: u32,
     /// The run that earns the bias now (0: never).
     need: u32,
@@ -305,14 +312,20 @@ impl<T> RootLock<T> {
         if me == 0 {
             me = this_thread::slot().map_or(0, |s| &*s as *const Slot as usize);
         }
+        let my_id = if me == 0 {
+            0
+        } else {
+            // SAFETY: `me` is this thread's own slot, alive while it runs.
+            unsafe { &*(me as *const Slot) }.id
+        };
         let b = self.bias.load(Ordering::Relaxed);
         if b != 0 && b != me {
             self.revoke(policy);
         }
-        if policy.last == me && me != 0 {
+        if policy.last == my_id && my_id != 0 {
             policy.streak = policy.streak.saturating_add(1);
         } else {
-            policy.last = me;
+            policy.last = my_id;
             policy.streak = 1;
         }
         if b == 0 && me != 0 && policy.streak >= policy.need {
@@ -327,8 +340,8 @@ impl<T> RootLock<T> {
             return;
         };
         let me = &*slot as *const Slot as usize;
+        policy.last = slot.id;
         policy.owner = Some(slot);
-        policy.last = me;
         // Only this thread compares the word with its own slot, and nobody reads the data
         // through the bias before this thread does: no ordering needed beyond the mutex's.
         self.bias.store(me, Ordering::Relaxed);

@@ -44,7 +44,10 @@ pub(crate) struct Counter(AtomicU64);
 impl Counter {
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        if n != 0 {
+        // Under loom every call is the same model operation whatever `n` is: a lock wait timed
+        // with the TSC can read 0 (a thread migrated between two unsynchronised counters), and a
+        // model that skipped an operation on it would not replay deterministically.
+        if n != 0 || cfg!(lockless_loom) {
             self.0.fetch_add(n, Ordering::Relaxed);
         }
     }
