@@ -159,6 +159,30 @@ fn defer_list_lent_root_lock_is_taken_back_safely() {
     });
 }
 
+/// (2b''') One producer lent the root locks of two queues, and a second thread taking the
+/// first one back. The owner leaves queue 1 and enters queue 2 by bias, so the revoker of queue
+/// 1 may read the owner's mark for queue 2 rather than its exit: that mark's store must carry
+/// the owner's work in queue 1 to the revoker too (a relaxed store there fails this model).
+#[test]
+fn one_owner_of_two_lent_root_locks_is_taken_back_safely() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let q1 = queue(TxQueue::builder().strategy(Strategy::DeferList));
+        let q2 = queue(TxQueue::builder().strategy(Strategy::DeferList));
+        let r1 = q1.clone();
+        let revoker = thread::spawn(move || r1.xmit(TestPacket::new(1 << 8, 60)));
+        for i in 0..2 {
+            q1.xmit(TestPacket::new(i, 60));
+            q2.xmit(TestPacket::new(i, 60));
+        }
+        revoker.join().unwrap();
+        all_out_in_order(&q1, 3);
+        let sent2: Vec<u64> = q2.with_driver(|d| d.sent.iter().map(TestPacket::id).collect());
+        assert_eq!(sent2, [0, 1]);
+    });
+}
+
 /// (2b'') The plain mutex, for the build that never lends the root lock.
 #[test]
 fn defer_list_unlent_root_lock_strands_nothing() {

@@ -223,14 +223,19 @@ impl TxQueueBuilder {
 
     /// Lend the root lock to a thread that takes it alone, again and again (default on). After
     /// 64 acquisitions in a row by one thread with nobody else taking the lock in between, that
-    /// thread enters with a store and two loads instead of a compare-and-swap and a swap: the
-    /// cost of the lock at one producer, where the defer list's bypass takes it once a packet.
-    /// Another thread that wants the lock takes it back with one `membarrier` call (a few
-    /// microseconds; each revocation doubles the run the next grant needs, up to 65 536). Needs
-    /// Linux's `membarrier` (4.14); without it the lock is a plain mutex. Counted in
+    /// thread enters with a few loads and two stores to lines nobody else writes, instead of a
+    /// compare-and-swap and a swap: the cost of the lock at one producer, where the defer
+    /// list's bypass takes it once a packet. Another thread that wants the lock takes it back
+    /// with one `membarrier` call (a few microseconds; each revocation doubles the run the next
+    /// grant needs, up to 65 536). Needs Linux's `membarrier` (4.14); without it the lock is a
+    /// plain mutex. Counted in
     /// [`XmitStats::root_bias_grants`](crate::XmitStats::root_bias_grants) and
-    /// [`root_bias_revokes`](crate::XmitStats::root_bias_revokes); behaviour is the same
-    /// either way.
+    /// [`root_bias_revokes`](crate::XmitStats::root_bias_revokes). Packets, their order and
+    /// their counters are the same either way; while the lock is lent, another thread's
+    /// `xmit` does not try the early bypass or a helping drain (a try does not take a loan
+    /// back) and pushes onto the defer list, and its first push takes the lock back, counted
+    /// in [`root_contended`](crate::XmitStats::root_contended). A qdisc or driver that calls
+    /// back into its own queue panics, where the plain mutex deadlocks.
     pub fn biased_root(mut self, on: bool) -> Self {
         self.biased_root = on;
         self

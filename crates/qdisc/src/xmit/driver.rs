@@ -22,7 +22,9 @@ pub struct TxResult {
 
 /// The device side of a transmit queue.
 ///
-/// The engine calls [`xmit`](Driver::xmit) from one runner at a time, never under the root lock.
+/// The engine calls [`xmit`](Driver::xmit) from one runner at a time, which may hold the root
+/// lock meanwhile (a bypass, or a runner that keeps it while it sends): a driver must not call
+/// back into its own queue.
 /// The driver pops the packets it accepts from the front of `batch`; whatever it leaves there is
 /// requeued in order and sent first next time. Packets it cannot ever send (too long, link gone)
 /// go to `to_free` with a reason and are counted as drops.

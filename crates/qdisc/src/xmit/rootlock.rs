@@ -1,9 +1,9 @@
 //! The root lock ([`RootLock`](crate::xmit::rootlock::RootLock)): a parking mutex that lends
 //! itself to one thread. A thread that takes it
 //! [`BIAS_AFTER`](crate::xmit::rootlock::BIAS_AFTER) times in a row with nobody else taking it
-//! in between is granted the *bias*: from then on it enters by storing a flag in a cache line
-//! of its own and loading a word it only reads, with no locked instruction, where a mutex costs
-//! a compare-and-swap and a swap (about 9 ns a pair on the project's machine: a lone
+//! in between is granted the *bias*: from then on it enters by storing the lock's address in a
+//! slot of its own (a cache line nobody else writes) and loading words nobody writes while it
+//! holds the bias, with no locked instruction, where a mutex costs a compare-and-swap and a swap (about 9 ns a pair on the project's machine: a lone
 //! producer's whole synchronisation cost against a queue of its own). Any other thread that
 //! wants the lock revokes the bias first.
 //!
@@ -14,8 +14,17 @@
 //! no longer names this lock. The heavy barrier orders the owner's store before its reload as
 //! a fence on its side would, so the owner's side needs only a compiler fence: either the
 //! revoker sees the owner inside (and waits), or the owner sees the bias gone (and takes the
-//! mutex). Under loom both barriers are `SeqCst` fences, which is what `membarrier`
-//! guarantees, and the models check the handshake (`tests/loom_xmit.rs`).
+//! mutex). Under loom both barriers are `SeqCst` fences, and the models check the handshake
+//! (`tests/loom_xmit.rs`); the model is the stronger of the two, since it places the owner's
+//! fence exactly between its store and its reload where `membarrier` interrupts it anywhere,
+//! but the argument holds wherever the fence falls: before the store, the revoker's clear is
+//! visible to the reload; after the reload, the store is visible to the revoker.
+//!
+//! A thread takes the lock again while it holds it only by a bug (a qdisc or driver calling
+//! back into its own queue): `lock` then panics where a mutex would deadlock, and `try_lock`
+//! answers `None`. A grant made under the mutex takes effect when that guard drops, and an owner
+//! that comes through the mutex (nested in another lent lock) gives its bias up, so a mutex
+//! guard and a biased guard never coexist on one thread either.
 //!
 //! A revocation costs a system call that interrupts every CPU running the process (a few
 //! microseconds), so each one doubles the run of uncontended acquisitions the next grant needs
@@ -54,15 +63,15 @@ pub(crate) const MAX_BIAS_AFTER: u32 = 1 << 16;
 /// outlives its thread if it must.
 pub(crate) struct Slot {
     /// Never reused, unlike an address (a dead thread's slot may be freed and its address
-    /// handed to a new thread's): the grant policy tells threads apart by it.
+    /// handed to a new thread's): the grant policy tells threads apart by comparing ids.
     id: u64,
     inside: CachePadded<AtomicUsize>,
 }
 
 impl Slot {
     fn new() -> Arc<Slot> {
-        // Not the model's atomic: ids only tell threads apart, and no decision depends on
-        // their values.
+        // Not the model's atomic: decisions compare ids for equality only, never their values,
+        // so a model replays the same whatever numbers its threads drew.
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Arc::new(Slot {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -137,6 +146,9 @@ struct Policy {
     streak: u32,
     /// The run that earns the bias now (0: never).
     need: u32,
+    /// A grant made by the current holder, published in the bias word when its guard drops
+    /// (0: none): a thread still holding the mutex must not also enter by bias.
+    publish: usize,
 }
 
 /// A mutex with an owner bias; see the module docs.
@@ -152,9 +164,11 @@ pub(crate) struct RootLock<T> {
 }
 
 // SAFETY: `data` is reached only through a `RootGuard`, and guards are exclusive: a mutex guard
-// excludes every other mutex guard, and the bias handshake excludes a biased guard from every
-// mutex guard (and from every other biased guard: one owner, one slot mark per thread). So
-// sharing the lock hands `&mut T` to one thread at a time: `T: Send` suffices.
+// excludes every other mutex guard; the bias handshake excludes another thread's mutex guard
+// from a biased one; one thread never holds both (a grant is published when its mutex guard
+// drops, an owner that takes the mutex gives its bias up, and an owner inside by bias gets
+// `Held`, not a second guard); and there is one owner. So sharing the lock hands `&mut T` to
+// one thread at a time: `T: Send` suffices.
 unsafe impl<T: Send> Sync for RootLock<T> {}
 // SAFETY: as above; moving the lock moves `T`.
 unsafe impl<T: Send> Send for RootLock<T> {}
@@ -175,11 +189,30 @@ pub(crate) struct RootGuard<'a, T> {
 /// enum: the enum packed its tag beside the mutex guard's poison flag, and every move of a guard
 /// became odd-sized copies that stalled store forwarding, 6 ns a packet at one producer.)
 struct How<'a> {
-    /// Unlocks as it drops.
-    #[allow(dead_code)]
+    /// Unlocks as it drops (after publishing a grant it made).
     locked: Option<MutexGuard<'a, Policy>>,
-    /// The owner's slot (this thread's own, alive while it runs).
+    /// The owner's slot: this thread's own (see `enter_biased` for how long it lives).
     biased: Option<&'a Slot>,
+}
+
+/// What the owner's entry found.
+enum Entry<'a, T> {
+    /// In, by bias.
+    Entered(RootGuard<'a, T>),
+    /// This thread is inside this lock by bias already.
+    Held,
+    /// Not lent to this thread (or nested in another lent lock): take the mutex.
+    Mutex,
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn reentered() -> ! {
+    panic!(
+        "a TxQueue's root lock was taken again by the thread holding it: a qdisc or driver \
+         called back into its own queue"
+    )
 }
 
 impl<T> RootLock<T> {
@@ -197,6 +230,7 @@ impl<T> RootLock<T> {
                 last: 0,
                 streak: 0,
                 need,
+                publish: 0,
             }),
             lendable: need != 0,
             grants: AtomicU64::new(0),
@@ -223,20 +257,28 @@ impl<T> RootLock<T> {
     }
 
     /// Takes the lock, waiting for it (and revoking another thread's bias) if need be.
+    ///
+    /// # Panics
+    ///
+    /// If this thread holds the lock by bias already (a qdisc or driver called back into its
+    /// own queue), where a mutex would deadlock.
     #[inline(always)]
     pub(crate) fn lock(&self) -> RootGuard<'_, T> {
-        if let Some(g) = self.enter_biased() {
-            return g;
+        match self.enter_biased() {
+            Entry::Entered(g) => g,
+            Entry::Held => reentered(),
+            Entry::Mutex => self.lock_slow(self.mutex.lock()),
         }
-        self.lock_slow(self.mutex.lock())
     }
 
     /// Takes the lock if that needs no waiting: `None` if another thread holds the mutex or
-    /// the bias (a try does not revoke).
+    /// the bias (a try does not revoke), or this thread holds the lock already.
     #[inline(always)]
     pub(crate) fn try_lock(&self) -> Option<RootGuard<'_, T>> {
-        if let Some(g) = self.enter_biased() {
-            return Some(g);
+        match self.enter_biased() {
+            Entry::Entered(g) => return Some(g),
+            Entry::Held => return None,
+            Entry::Mutex => {}
         }
         let b = self.bias.load(Ordering::Relaxed);
         if b != 0 && b != this_thread::addr() {
@@ -251,30 +293,37 @@ impl<T> RootLock<T> {
         Some(self.locked(policy))
     }
 
-    /// The owner's entry: no locked instruction. `None` unless this thread holds the bias and
-    /// is inside no other biased lock (a nested entry takes the mutex).
+    /// The owner's entry: four loads and a store, no locked instruction. `Mutex` unless this
+    /// thread holds the bias and is inside no other lent lock (a nested entry takes the
+    /// mutex, since a thread marks one lock at a time); `Held` if it is inside this one.
     #[inline(always)]
-    fn enter_biased(&self) -> Option<RootGuard<'_, T>> {
+    fn enter_biased(&self) -> Entry<'_, T> {
         let b = self.bias.load(Ordering::Relaxed);
         if b == 0 || b != this_thread::addr() {
-            return None;
+            return Entry::Mutex;
         }
-        // SAFETY: `b` is this thread's own slot address (just compared), and its slot lives
-        // while the thread runs.
+        // SAFETY: the bias word names this thread's own slot (just compared), which this
+        // thread's `this_thread` keeps alive while it runs and `Policy::owner` (or the revoker
+        // that took it from there) keeps alive while the word names it or the slot marks this
+        // lock: past the guard's life either way.
         let slot = unsafe { &*(b as *const Slot) };
-        if slot.inside.load(Ordering::Relaxed) != 0 {
-            // Inside another biased lock: a nested entry takes the mutex.
-            return None;
+        match slot.inside.load(Ordering::Relaxed) {
+            0 => {}
+            inside if inside == self.addr() => return Entry::Held,
+            _ => return Entry::Mutex,
         }
-        slot.inside.store(self.addr(), Ordering::Relaxed);
+        // Release: a revoker that reads this mark (rather than our exit's 0) must still see
+        // everything we did inside this lock before, if we left another lent lock since.
+        slot.inside.store(self.addr(), Ordering::Release);
         // Pairs with the revoker's heavy barrier: either it sees our mark, or we see the bias
-        // gone.
+        // gone. The barriers order the two accesses, so the reload needs no ordering of its
+        // own.
         heavy::light_barrier();
-        if self.bias.load(Ordering::Acquire) != b {
+        if self.bias.load(Ordering::Relaxed) != b {
             slot.inside.store(0, Ordering::Release);
-            return None;
+            return Entry::Mutex;
         }
-        Some(RootGuard::new(
+        Entry::Entered(RootGuard::new(
             self,
             How {
                 locked: None,
@@ -315,12 +364,19 @@ impl<T> RootLock<T> {
         let my_id = if me == 0 {
             0
         } else {
-            // SAFETY: `me` is this thread's own slot, alive while it runs.
+            // SAFETY: `me` is this thread's own slot (from its `this_thread`), which lives as
+            // long as the thread-local that holds it, past this call.
             unsafe { &*(me as *const Slot) }.id
         };
         let b = self.bias.load(Ordering::Relaxed);
         if b != 0 && b != me {
             self.revoke(policy);
+        } else if b != 0 {
+            // Our own bias, and we came through the mutex: nested in another lent lock
+            // (`enter_biased` refused). Give the bias up, so that no later entry by bias can
+            // overlap this mutex guard; no barrier, since this thread is not inside by bias.
+            self.bias.store(0, Ordering::Relaxed);
+            policy.owner = None;
         }
         if policy.last == my_id && my_id != 0 {
             policy.streak = policy.streak.saturating_add(1);
@@ -328,23 +384,21 @@ impl<T> RootLock<T> {
             policy.last = my_id;
             policy.streak = 1;
         }
-        if b == 0 && me != 0 && policy.streak >= policy.need {
+        if b == 0 && me != 0 && policy.publish == 0 && policy.streak >= policy.need {
             self.grant(policy);
         }
     }
 
-    /// Lends the lock to this thread (the mutex holder): its next acquisitions enter by bias.
+    /// Lends the lock to this thread (the mutex holder): once its guard drops, its next
+    /// acquisitions enter by bias.
     #[cold]
     fn grant(&self, policy: &mut Policy) {
         let Some(slot) = this_thread::slot() else {
             return;
         };
-        let me = &*slot as *const Slot as usize;
+        policy.publish = &*slot as *const Slot as usize;
         policy.last = slot.id;
         policy.owner = Some(slot);
-        // Only this thread compares the word with its own slot, and nobody reads the data
-        // through the bias before this thread does: no ordering needed beyond the mutex's.
-        self.bias.store(me, Ordering::Relaxed);
         self.grants.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -357,14 +411,19 @@ impl<T> RootLock<T> {
             .expect("a bias word names a slot the policy keeps");
         self.bias.store(0, Ordering::Relaxed);
         heavy::barrier();
-        let mut spins = 0u32;
+        let mut waits = 0u32;
         while owner.inside.load(Ordering::Acquire) == self.addr() {
-            // The owner is inside: a short section, unless it was preempted there.
-            if spins < 64 {
-                spins += 1;
+            // The owner is inside: a short section, unless it was preempted there or is a
+            // runner sending a long run. Spin, then yield, then sleep longer each time (up to
+            // a millisecond), rather than keep a core busy.
+            waits = waits.saturating_add(1);
+            if waits <= 64 {
                 crate::sync::spin_loop();
-            } else {
+            } else if waits <= 128 || cfg!(lockless_loom) {
                 crate::sync::yield_now();
+            } else {
+                let us = 1u64 << (waits - 128).min(10);
+                std::thread::sleep(std::time::Duration::from_micros(us));
             }
         }
         self.revokes.fetch_add(1, Ordering::Relaxed);
@@ -438,6 +497,14 @@ impl<T> Drop for RootGuard<'_, T> {
         };
         if let Some(slot) = self.how.biased {
             slot.inside.store(0, Ordering::Release);
+        }
+        if let Some(policy) = self.how.locked.as_mut() {
+            if policy.publish != 0 {
+                // A grant this guard made: the bias word names the new owner from now on
+                // (only that thread compares it with its own slot, after this unlock).
+                self.lock.bias.store(policy.publish, Ordering::Relaxed);
+                policy.publish = 0;
+            }
         }
         // A mutex guard unlocks as its field drops, after this.
         let _ = self.lock;
@@ -605,7 +672,57 @@ mod tests {
         );
         drop(gb);
         drop(ga);
+        // The owner came through B's mutex, so it gave B's bias up (no revocation, no
+        // barrier); its next entry takes the mutex and, its run still going, is lent B again.
+        assert!(!b.lock().is_biased());
+        assert_eq!(b.bias_counts(), (2, 0));
         assert!(b.lock().is_biased());
+        assert!(a.lock().is_biased(), "A's bias is untouched");
+    }
+
+    #[test]
+    fn a_thread_never_holds_two_guards_on_one_lock() {
+        let (a, b) = (RootLock::new(0u64, true), RootLock::new(0u64, true));
+        if !a.lendable() {
+            eprintln!("skipped: membarrier(PRIVATE_EXPEDITED) is not available here");
+            return;
+        }
+        // The grant takes effect when the granting mutex guard drops: until then a try from
+        // the same thread finds the mutex held, as with a plain mutex.
+        take(&a, BIAS_AFTER - 1);
+        let granting = a.lock();
+        assert!(!granting.is_biased());
+        assert_eq!(a.bias_counts(), (1, 0));
+        assert!(
+            a.try_lock().is_none(),
+            "a biased entry beside the granting mutex guard"
+        );
+        drop(granting);
+        // Inside by bias: a try answers None, a lock panics instead of handing out a second
+        // guard.
+        let g = a.lock();
+        assert!(g.is_biased());
+        assert!(a.try_lock().is_none(), "a second guard from try_lock");
+        let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(a.lock())));
+        assert!(again.is_err(), "a second guard from lock");
+        drop(g);
+        // Nested: inside B by bias, A (lent to us too) goes through its mutex and gives the
+        // bias up, so leaving B first does not let a biased entry overlap A's mutex guard.
+        take(&b, BIAS_AFTER + 1);
+        let gb = b.lock();
+        assert!(gb.is_biased());
+        let ga = a.lock();
+        assert!(!ga.is_biased());
+        drop(gb);
+        assert!(
+            a.try_lock().is_none(),
+            "a biased entry beside A's mutex guard"
+        );
+        drop(ga);
+        assert!(
+            !a.lock().is_biased(),
+            "the bias given up is granted again only after a run"
+        );
     }
 
     /// More threads than cores bump a counter with a read, a yield and a write: any overlap
