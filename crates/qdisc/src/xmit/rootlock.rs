@@ -587,6 +587,14 @@ mod tests {
 
     use super::{BIAS_AFTER, RootLock};
 
+    /// Whether `lock` may be lent here; if not, says the test is skipped (no `membarrier`).
+    fn lent(lock: &RootLock<u64>) -> bool {
+        if !lock.lendable() {
+            eprintln!("skipped: membarrier(PRIVATE_EXPEDITED) is not available here");
+        }
+        lock.lendable()
+    }
+
     /// Takes the lock `n` times on this thread; returns whether the last entry was by bias.
     fn take(lock: &RootLock<u64>, n: u32) -> bool {
         let mut biased = false;
@@ -601,8 +609,7 @@ mod tests {
     #[test]
     fn a_lone_thread_is_lent_the_lock_after_its_run() {
         let lock = RootLock::new(0u64, true);
-        if !lock.lendable() {
-            eprintln!("skipped: membarrier(PRIVATE_EXPEDITED) is not available here");
+        if !lent(&lock) {
             return;
         }
         assert!(
@@ -629,8 +636,7 @@ mod tests {
     #[test]
     fn another_thread_takes_the_lock_back_and_the_next_grant_needs_twice_the_run() {
         let lock = StdArc::new(RootLock::new(0u64, true));
-        if !lock.lendable() {
-            eprintln!("skipped: membarrier(PRIVATE_EXPEDITED) is not available here");
+        if !lent(&lock) {
             return;
         }
         take(&lock, BIAS_AFTER + 1);
@@ -657,8 +663,7 @@ mod tests {
     #[test]
     fn an_owner_inside_one_lent_lock_takes_another_through_its_mutex() {
         let (a, b) = (RootLock::new(0u64, true), RootLock::new(0u64, true));
-        if !a.lendable() {
-            eprintln!("skipped: membarrier(PRIVATE_EXPEDITED) is not available here");
+        if !lent(&a) {
             return;
         }
         take(&a, BIAS_AFTER + 1);
@@ -683,8 +688,7 @@ mod tests {
     #[test]
     fn a_thread_never_holds_two_guards_on_one_lock() {
         let (a, b) = (RootLock::new(0u64, true), RootLock::new(0u64, true));
-        if !a.lendable() {
-            eprintln!("skipped: membarrier(PRIVATE_EXPEDITED) is not available here");
+        if !lent(&a) {
             return;
         }
         // The grant takes effect when the granting mutex guard drops: until then a try from
