@@ -62,8 +62,9 @@ pub(crate) const MAX_BIAS_AFTER: u32 = 1 << 16;
 /// read by revokers, which hold an `Arc` of it for as long as the bias lasts, so a slot
 /// outlives its thread if it must.
 pub(crate) struct Slot {
-    /// Never reused, unlike an address (a dead thread's slot may be freed and its address
-    /// handed to a new thread's): the grant policy tells threads apart by comparing ids.
+    /// Never 0 and never reused, unlike an address (a dead thread's slot may be freed and its
+    /// address handed to a new thread's): the bias word names its owner by id, so that a
+    /// stale read of the word can never name the reader unless the reader was lent the lock.
     id: u64,
     inside: CachePadded<AtomicUsize>,
 }
@@ -80,9 +81,9 @@ impl Slot {
     }
 }
 
-/// This thread's slot, created at its first use of a lendable lock, and (outside loom) a plain
-/// pointer to it that the fast path reads without the lazy thread-local's state check. The
-/// pointer is cleared when the slot's thread-local is destroyed at thread exit.
+/// This thread's slot, created at its first use of a lendable lock, and (outside loom) a copy
+/// of its id and address that the fast path reads without the lazy thread-local's state check.
+/// The copy is cleared when the slot's thread-local is destroyed at thread exit.
 #[cfg(not(lockless_loom))]
 mod this_thread {
     use core::cell::Cell;
@@ -94,23 +95,23 @@ mod this_thread {
     impl Drop for Owned {
         fn drop(&mut self) {
             // A lock taken from a later thread-local destructor goes through the mutex.
-            let _ = PTR.try_with(|p| p.set(core::ptr::null()));
+            let _ = CURRENT.try_with(|c| c.set((0, core::ptr::null())));
         }
     }
 
     std::thread_local! {
-        static PTR: Cell<*const Slot> = const { Cell::new(core::ptr::null()) };
+        static CURRENT: Cell<(u64, *const Slot)> = const { Cell::new((0, core::ptr::null())) };
         static OWNED: Owned = {
             let slot = Slot::new();
-            PTR.with(|p| p.set(&*slot as *const Slot));
+            CURRENT.with(|c| c.set((slot.id, &*slot as *const Slot)));
             Owned(slot)
         };
     }
 
-    /// This thread's slot address (0 if it has none yet, or none any more).
+    /// This thread's slot id and slot (0 and null if it has none yet, or none any more).
     #[inline]
-    pub(super) fn addr() -> usize {
-        PTR.with(|p| p.get() as usize)
+    pub(super) fn get() -> (u64, *const Slot) {
+        CURRENT.with(Cell::get)
     }
 
     /// This thread's slot, created if need be (`None` during thread exit).
@@ -119,7 +120,7 @@ mod this_thread {
     }
 }
 
-/// Under loom: a lazy thread-local per model thread, no pointer cache.
+/// Under loom: a lazy thread-local per model thread, no cache.
 #[cfg(lockless_loom)]
 mod this_thread {
     use super::{Arc, Slot};
@@ -128,8 +129,8 @@ mod this_thread {
         static OWNED: Arc<Slot> = Slot::new();
     }
 
-    pub(super) fn addr() -> usize {
-        OWNED.with(|s| &**s as *const Slot as usize)
+    pub(super) fn get() -> (u64, *const Slot) {
+        OWNED.with(|s| (s.id, &**s as *const Slot))
     }
 
     pub(super) fn slot() -> Option<Arc<Slot>> {
@@ -148,13 +149,13 @@ struct Policy {
     need: u32,
     /// A grant made by the current holder, published in the bias word when its guard drops
     /// (0: none): a thread still holding the mutex must not also enter by bias.
-    publish: usize,
+    publish: u64,
 }
 
 /// A mutex with an owner bias; see the module docs.
 pub(crate) struct RootLock<T> {
-    /// 0, or the address of the bias owner's [`Slot`]. Written only by the mutex holder.
-    bias: AtomicUsize,
+    /// 0, or the id of the bias owner's [`Slot`]. Written only by the mutex holder.
+    bias: AtomicU64,
     mutex: Mutex<Policy>,
     /// Whether a bias may ever be granted (asked for, and `membarrier` available).
     lendable: bool,
@@ -224,7 +225,7 @@ impl<T> RootLock<T> {
             0
         };
         RootLock {
-            bias: AtomicUsize::new(0),
+            bias: AtomicU64::new(0),
             mutex: Mutex::new(Policy {
                 owner: None,
                 last: 0,
@@ -281,12 +282,12 @@ impl<T> RootLock<T> {
             Entry::Mutex => {}
         }
         let b = self.bias.load(Ordering::Relaxed);
-        if b != 0 && b != this_thread::addr() {
+        if b != 0 && b != this_thread::get().0 {
             return None;
         }
         let policy = self.mutex.try_lock()?;
         let b = self.bias.load(Ordering::Relaxed);
-        if b != 0 && b != this_thread::addr() {
+        if b != 0 && b != this_thread::get().0 {
             // Granted to another thread between the two reads.
             return None;
         }
@@ -299,14 +300,18 @@ impl<T> RootLock<T> {
     #[inline(always)]
     fn enter_biased(&self) -> Entry<'_, T> {
         let b = self.bias.load(Ordering::Relaxed);
-        if b == 0 || b != this_thread::addr() {
+        if b == 0 {
             return Entry::Mutex;
         }
-        // SAFETY: the bias word names this thread's own slot (just compared), which this
-        // thread's `this_thread` keeps alive while it runs and `Policy::owner` (or the revoker
-        // that took it from there) keeps alive while the word names it or the slot marks this
-        // lock: past the guard's life either way.
-        let slot = unsafe { &*(b as *const Slot) };
+        let (me, slot) = this_thread::get();
+        if b != me {
+            return Entry::Mutex;
+        }
+        // SAFETY: `me` is not 0, so `slot` is this thread's own slot, which its thread-local
+        // keeps alive while the thread runs and `Policy::owner` (or the revoker that took it
+        // from there) keeps alive while the word names it or the slot marks this lock: past the
+        // guard's life either way.
+        let slot = unsafe { &*slot };
         match slot.inside.load(Ordering::Relaxed) {
             0 => {}
             inside if inside == self.addr() => return Entry::Held,
@@ -357,17 +362,10 @@ impl<T> RootLock<T> {
     /// this thread's run, grant the bias when the run is long enough.
     #[inline(never)]
     fn track(&self, policy: &mut Policy) {
-        let mut me = this_thread::addr();
+        let mut me = this_thread::get().0;
         if me == 0 {
-            me = this_thread::slot().map_or(0, |s| &*s as *const Slot as usize);
+            me = this_thread::slot().map_or(0, |s| s.id);
         }
-        let my_id = if me == 0 {
-            0
-        } else {
-            // SAFETY: `me` is this thread's own slot (from its `this_thread`), which lives as
-            // long as the thread-local that holds it, past this call.
-            unsafe { &*(me as *const Slot) }.id
-        };
         let b = self.bias.load(Ordering::Relaxed);
         if b != 0 && b != me {
             self.revoke(policy);
@@ -378,10 +376,10 @@ impl<T> RootLock<T> {
             self.bias.store(0, Ordering::Relaxed);
             policy.owner = None;
         }
-        if policy.last == my_id && my_id != 0 {
+        if policy.last == me && me != 0 {
             policy.streak = policy.streak.saturating_add(1);
         } else {
-            policy.last = my_id;
+            policy.last = me;
             policy.streak = 1;
         }
         if b == 0 && me != 0 && policy.publish == 0 && policy.streak >= policy.need {
@@ -396,7 +394,7 @@ impl<T> RootLock<T> {
         let Some(slot) = this_thread::slot() else {
             return;
         };
-        policy.publish = &*slot as *const Slot as usize;
+        policy.publish = slot.id;
         policy.last = slot.id;
         policy.owner = Some(slot);
         self.grants.fetch_add(1, Ordering::Relaxed);
