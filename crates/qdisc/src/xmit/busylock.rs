@@ -39,9 +39,14 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// verdicts (`last` is `None`: success).
     fn busylock_send(&self, batch: Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
         let c = &self.counters;
-        let mut busy = self
-            .is_running()
-            .then(|| lock_counted(&self.busylock, &c.busylock_contended, &c.busylock_wait_ns));
+        let mut busy = self.is_running().then(|| {
+            lock_counted(
+                || self.busylock.try_lock(),
+                || self.busylock.lock(),
+                &c.busylock_contended,
+                &c.busylock_wait_ns,
+            )
+        });
         let mut root = self.lock_root();
         if !root.deactivated && !self.is_running() && self.may_bypass(&root, &batch) {
             self.run_begin_locked(&root);

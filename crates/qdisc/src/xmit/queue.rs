@@ -43,9 +43,7 @@ use llist_defer::{DeferList, Fifo};
 use crate::config::ConfigError;
 use crate::packet::{DropReason, Packet};
 use crate::qdisc::{Qdisc, QdiscStats, ToFree, Verdict};
-use crate::sync::{
-    AtomicBool, AtomicU32, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering, UnsafeCell,
-};
+use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Condvar, Mutex, Ordering, UnsafeCell};
 
 use super::config::{Strategy, TxQueueBuilder};
 use super::driver::Driver;
@@ -349,14 +347,13 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     }
 
     pub(super) fn lock_root(&self) -> RootGuard<'_, Root<P, Q>> {
-        if let Some(g) = self.root.try_lock() {
-            return g;
-        }
-        let t0 = Stamp::now();
-        let g = self.root.lock();
-        self.counters.root_contended.add(1);
-        self.counters.root_wait_ns.add(t0.elapsed_ns());
-        g
+        let c = &self.counters;
+        lock_counted(
+            || self.root.try_lock(),
+            || self.root.lock(),
+            &c.root_contended,
+            &c.root_wait_ns,
+        )
     }
 
     /// Runs whatever is queued if nobody else is running it: drains the defer list and the
@@ -566,18 +563,21 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     }
 }
 
-/// Takes `lock`; if it had to wait, counts one contended acquisition and the time waited (what
-/// `perf lock contention` reports).
-pub(super) fn lock_counted<'a, T>(
-    lock: &'a Mutex<T>,
+/// Takes a lock by `try_lock`, else waits for it with `lock`; if it had to wait, counts one
+/// contended acquisition and the time waited (what `perf lock contention` reports). Serves the
+/// root lock and the busylock alike.
+#[inline]
+pub(super) fn lock_counted<G>(
+    try_lock: impl FnOnce() -> Option<G>,
+    lock: impl FnOnce() -> G,
     contended: &Counter,
     wait_ns: &Counter,
-) -> MutexGuard<'a, T> {
-    if let Some(g) = lock.try_lock() {
+) -> G {
+    if let Some(g) = try_lock() {
         return g;
     }
     let t0 = Stamp::now();
-    let g = lock.lock();
+    let g = lock();
     contended.add(1);
     wait_ns.add(t0.elapsed_ns());
     g

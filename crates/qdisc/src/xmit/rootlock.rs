@@ -3,9 +3,10 @@
 //! [`BIAS_AFTER`](crate::xmit::rootlock::BIAS_AFTER) times in a row with nobody else taking it
 //! in between is granted the *bias*: from then on it enters by storing the lock's address in a
 //! slot of its own (a cache line nobody else writes) and loading words nobody writes while it
-//! holds the bias, with no locked instruction, where a mutex costs a compare-and-swap and a swap (about 9 ns a pair on the project's machine: a lone
-//! producer's whole synchronisation cost against a queue of its own). Any other thread that
-//! wants the lock revokes the bias first.
+//! holds the bias, with no locked instruction, where a mutex costs a compare-and-swap and a
+//! swap (about 9 ns a pair on the project's machine: a lone producer's whole synchronisation
+//! cost against a queue of its own). Any other thread that wants the lock revokes the bias
+//! first.
 //!
 //! The hand-over is an asymmetric Dekker handshake. The owner stores "inside this lock" in its
 //! thread's [`Slot`](crate::xmit::rootlock::Slot), then reloads the bias word; a revoker clears
@@ -268,7 +269,7 @@ impl<T> RootLock<T> {
         match self.enter_biased() {
             Entry::Entered(g) => g,
             Entry::Held => reentered(),
-            Entry::Mutex => self.lock_slow(self.mutex.lock()),
+            Entry::Mutex => self.lock_slow(),
         }
     }
 
@@ -281,13 +282,18 @@ impl<T> RootLock<T> {
             Entry::Held => return None,
             Entry::Mutex => {}
         }
-        let b = self.bias.load(Ordering::Relaxed);
-        if b != 0 && b != this_thread::get().0 {
+        // Lent to another thread: a try does not revoke. Checked before the mutex (so a try
+        // does not touch its line) and again after (a grant published in between); the
+        // thread-local is read only when the lock is lent to someone.
+        let lent_elsewhere = || {
+            let b = self.bias.load(Ordering::Relaxed);
+            b != 0 && b != this_thread::get().0
+        };
+        if lent_elsewhere() {
             return None;
         }
         let policy = self.mutex.try_lock()?;
-        let b = self.bias.load(Ordering::Relaxed);
-        if b != 0 && b != this_thread::get().0 {
+        if lent_elsewhere() {
             // Granted to another thread between the two reads.
             return None;
         }
@@ -337,10 +343,10 @@ impl<T> RootLock<T> {
         ))
     }
 
-    /// After taking the mutex: revoke another thread's bias, count the run, maybe grant.
+    /// Waits for the mutex, then revokes another thread's bias, counts the run, maybe grants.
     #[cold]
-    fn lock_slow<'a>(&'a self, policy: MutexGuard<'a, Policy>) -> RootGuard<'a, T> {
-        self.locked(policy)
+    fn lock_slow(&self) -> RootGuard<'_, T> {
+        self.locked(self.mutex.lock())
     }
 
     #[inline(always)]
@@ -505,7 +511,6 @@ impl<T> Drop for RootGuard<'_, T> {
             }
         }
         // A mutex guard unlocks as its field drops, after this.
-        let _ = self.lock;
     }
 }
 
