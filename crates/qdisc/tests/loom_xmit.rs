@@ -23,6 +23,14 @@ fn one_per_call() -> RecordingDriver<TestPacket> {
     driver
 }
 
+/// Explores `f` with at most two preemptions per execution, whatever `LOOM_MAX_PREEMPTIONS`
+/// says: the models that need the bound to finish in time.
+fn bounded(f: impl Fn() + Sync + Send + 'static) {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(f);
+}
+
 /// Both producers transmit; then, *without* any poll or flush, every packet must be in the
 /// driver or a drop counter: nothing stranded in the defer list, the qdisc or the requeue list.
 fn two_producers_nothing_stranded(builder: TxQueueBuilder, per_producer: u64) {
@@ -145,9 +153,7 @@ fn defer_list_runner_absorbs_strands_nothing() {
 /// model and most others here fail so.
 #[test]
 fn defer_list_lent_root_lock_is_taken_back_safely() {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(2);
-    model.check(|| {
+    bounded(|| {
         let q = queue(TxQueue::builder().strategy(Strategy::DeferList));
         let q1 = q.clone();
         let second = thread::spawn(move || q1.xmit(TestPacket::new(1 << 8, 60)));
@@ -165,9 +171,7 @@ fn defer_list_lent_root_lock_is_taken_back_safely() {
 /// the owner's work in queue 1 to the revoker too (a relaxed store there fails this model).
 #[test]
 fn one_owner_of_two_lent_root_locks_is_taken_back_safely() {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(2);
-    model.check(|| {
+    bounded(|| {
         let q1 = queue(TxQueue::builder().strategy(Strategy::DeferList));
         let q2 = queue(TxQueue::builder().strategy(Strategy::DeferList));
         let r1 = q1.clone();
@@ -200,9 +204,7 @@ fn defer_list_unlent_root_lock_strands_nothing() {
 /// drops are in the model too (a drop is fine, a stranded packet is not).
 #[test]
 fn defer_list_burst_limit_strands_nothing() {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(2);
-    model.check(|| {
+    bounded(|| {
         two_producers_nothing_stranded(
             TxQueue::builder()
                 .strategy(Strategy::DeferList)
@@ -218,9 +220,7 @@ fn defer_list_burst_limit_strands_nothing() {
 /// batch and before anything newer, with nothing stranded.
 #[test]
 fn defer_list_batch_bypass_keeps_order() {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(2);
-    model.check(|| {
+    bounded(|| {
         two_producers_nothing_stranded_with(
             TxQueue::builder().strategy(Strategy::DeferList),
             2,
@@ -275,9 +275,7 @@ fn deactivate_races_xmit() {
 /// producer's packets leave in order and nothing is stranded without a poll.
 #[test]
 fn defer_list_bulk_races_xmit() {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(2);
-    model.check(|| {
+    bounded(|| {
         let driver = one_per_call();
         let q = Arc::new(
             TxQueue::builder()
@@ -313,9 +311,7 @@ fn defer_list_bulk_races_xmit() {
 /// packets leave in order, and nothing is stranded in the defer list, the qdisc or the
 /// requeue list.
 fn batched_drain_races_producers_and_deactivate(strategy: Strategy) {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(2);
-    model.check(move || {
+    bounded(move || {
         let driver = one_per_call();
         let q = Arc::new(
             TxQueue::builder()
@@ -361,9 +357,7 @@ fn busylock_batch_enqueue_races_producers_and_deactivate() {
 #[test]
 fn self_sent_burst_keeps_order_behind_the_defer_list() {
     for deactivate in [false, true] {
-        let mut model = loom::model::Builder::new();
-        model.preemption_bound = Some(2);
-        model.check(move || {
+        bounded(move || {
             let q = Arc::new(
                 TxQueue::builder()
                     .strategy(Strategy::DeferList)
