@@ -80,7 +80,7 @@ use crossbeam_utils::Backoff;
 use llist_defer::{Link, Node};
 use lockless_xmit::harness::{median, process_cpu_time};
 use mimalloc::MiMalloc;
-use skb_pool::{PerCpu, Pool, PoolError, PoolHandle, Skb};
+use skb_pool::{PerCpu, Pool, PoolError, PoolHandle, RefillOrder, Skb};
 
 #[global_allocator]
 static GLOBAL: System = System;
@@ -246,18 +246,25 @@ impl Strategy for SkbPool {
 }
 
 /// Our pool's per-CPU caches ([`Pool::alloc`]): no handle, any thread; `LOCKED` picks
-/// `PerCpu::Locked` over `PerCpu::Rseq`. Frees are plain drops (home CPU's cache, or its defer
-/// list from another CPU).
-struct PerCpuPool<const LOCKED: bool>(Pool);
+/// `PerCpu::Locked` over `PerCpu::Rseq`, `ADDR` [`RefillOrder::Address`] over the default
+/// `RefillOrder::Freed`. Frees are plain drops (home CPU's cache, or its defer list from another
+/// CPU).
+struct PerCpuPool<const LOCKED: bool, const ADDR: bool = false>(Pool);
 
-impl<const LOCKED: bool> PerCpuPool<LOCKED> {
+impl<const LOCKED: bool, const ADDR: bool> PerCpuPool<LOCKED, ADDR> {
     fn new() -> Self {
         let mode = if LOCKED { PerCpu::Locked } else { PerCpu::Rseq };
+        let order = if ADDR {
+            RefillOrder::Address
+        } else {
+            RefillOrder::Freed
+        };
         let pool = Pool::builder()
             .frame_count(POOL_FRAMES)
             .frame_size(BUF)
             .defer_max(defer_max())
             .per_cpu(mode)
+            .refill_order(order)
             .build()
             .expect("per-CPU pool");
         assert_eq!(pool.per_cpu(), mode);
@@ -277,11 +284,12 @@ impl<const LOCKED: bool> PerCpuPool<LOCKED> {
     }
 }
 
-impl<const LOCKED: bool> Strategy for PerCpuPool<LOCKED> {
-    const NAME: &'static str = if LOCKED {
-        "percpu_locked"
-    } else {
-        "percpu_rseq"
+impl<const LOCKED: bool, const ADDR: bool> Strategy for PerCpuPool<LOCKED, ADDR> {
+    const NAME: &'static str = match (LOCKED, ADDR) {
+        (true, false) => "percpu_locked",
+        (false, false) => "percpu_rseq",
+        (true, true) => "percpu_locked_addr",
+        (false, true) => "percpu_rseq_addr",
     };
     type Local = ();
     fn local(&self) {}
@@ -1230,8 +1238,8 @@ fn percpu_threads() -> Vec<usize> {
 
 /// `SKB_BENCH_ONLY=percpu SKB_BENCH_ROUNDS=N`: the per-CPU caches beside the per-owner handle:
 /// `local` and `local_bulk` at P = 1..32 (per-CPU rseq, per-CPU locked, per-owner handle,
-/// mimalloc), the pipeline at P = 1..8 (per-CPU rseq, per-owner handle, mimalloc, the handoff
-/// bound, the meta bound and the shuffled bound), and the stranding pattern's failures for both
+/// mimalloc), the pipeline at P = 1..8 (per-CPU rseq with each refill order, per-owner handle,
+/// mimalloc, the handoff bound, the meta bound and the shuffled bound), and the stranding pattern's failures for both
 /// pools (`SKB_BENCH_PERCPU=local`: the two `local` tables alone; `SKB_BENCH_PERCPU=pipeline`:
 /// all but them). Slices of 3 000 000 frames (`SKB_BENCH_SLICE` for `local`,
 /// `SKB_BENCH_PIPE_SLICE` for the pipeline). Same-run ratios are medians of in-round ratios.
@@ -1281,11 +1289,14 @@ fn percpu_table(rounds: usize) {
         runner(Circulate::new()),
         runner(MetaBound::new()),
         runner(ShuffledBound(Circulate::with_order(true))),
+        runner(PerCpuPool::<false, true>::new()),
     ];
     println!(
-        "| pipeline P | per-CPU rseq | per-owner | mimalloc | bound | meta bound | shuffled bound | rseq/bound | owner/bound | meta bound/bound | shuffled/bound | rseq/shuffled | owner/shuffled | rseq/mimalloc | owner/mimalloc | ping-pong ns |"
+        "| pipeline P | per-CPU rseq | per-CPU rseq, address order | per-owner | mimalloc | bound | meta bound | shuffled bound | rseq/bound | address/bound | owner/bound | meta bound/bound | shuffled/bound | rseq/shuffled | owner/shuffled | rseq/mimalloc | address/mimalloc | owner/mimalloc | ping-pong ns |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     // Three million frames a slice (100-200 ms here): with nine threads on two cores a slice
     // of 300 000 (10-20 ms, a few scheduler quanta) let thread start-up and the first
     // quanta decide the cell; the bound moved 2x between runs at P >= 2 (18-49 M/s at P = 2),
@@ -1295,20 +1306,23 @@ fn percpu_table(rounds: usize) {
         let state = state_before();
         let r = rotate(&pipe, rounds, "pipeline", p, slice);
         println!(
-            "| {p} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {state} |",
+            "| {p} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {state} |",
             median(&r[0]),
+            median(&r[6]),
             median(&r[1]),
             median(&r[2]),
             median(&r[3]),
             median(&r[4]),
             median(&r[5]),
             ratio(&r, 0, 3),
+            ratio(&r, 6, 3),
             ratio(&r, 1, 3),
             ratio(&r, 4, 3),
             ratio(&r, 5, 3),
             ratio(&r, 0, 5),
             ratio(&r, 1, 5),
             ratio(&r, 0, 2),
+            ratio(&r, 6, 2),
             ratio(&r, 1, 2)
         );
     }

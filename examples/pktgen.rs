@@ -33,7 +33,7 @@ use lockless_xmit::harness::{
     self, Cell, Contender, PacketWriter, PoolKind, QdiscKind, Target, Tick, Workload,
 };
 use qdisc::{Driver, DropReason, Overflow, Qdisc, Strategy, TxQueue, Verdict};
-use skb_pool::Skb;
+use skb_pool::{RefillOrder, Skb};
 use xsk_tx::netns::{UdpCounter, VethPair};
 use xsk_tx::packet::UdpFlow;
 use xsk_tx::{UdpSendmmsg, XskDevice};
@@ -148,6 +148,12 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = PoolArg::Owner)]
     pool: PoolArg,
 
+    /// With per-CPU frames: the order a CPU's cache hands out frames that came home to it
+    /// (`PoolBuilder::refill_order`): `freed` (oldest free first) or `address` (lowest address
+    /// first, sorted at every refill).
+    #[arg(long, value_enum, default_value_t = RefillOrderArg::Freed)]
+    refill_order: RefillOrderArg,
+
     /// How the engine's runner feeds the qdisc: `batched` hands each drained batch to the
     /// qdisc whole and dequeues in batches; `per-packet` one packet at a time (the kernel's
     /// way); `both` (with --compare) runs every engine cell both ways, back to back, and adds
@@ -229,6 +235,14 @@ enum RunnerArg {
     PerPacket,
     /// Both, in the same run (--compare only).
     Both,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RefillOrderArg {
+    /// The order frames were freed in (`RefillOrder::Freed`).
+    Freed,
+    /// Lowest address first (`RefillOrder::Address`).
+    Address,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -362,6 +376,10 @@ fn main() -> ExitCode {
         qdisc_batch: cli.runner != RunnerArg::PerPacket,
         drain_hints: cli.drain_hints == OnOff::On,
         biased_root: cli.biased_root == OnOff::On,
+        refill_order: match cli.refill_order {
+            RefillOrderArg::Freed => RefillOrder::Freed,
+            RefillOrderArg::Address => RefillOrder::Address,
+        },
         self_send_burst: match cli.self_send_burst {
             0 => usize::MAX,
             n => n as usize,
@@ -735,9 +753,10 @@ fn report(cell: &Cell, w: &Workload) {
     }
     if let Some(c) = &cell.per_cpu {
         println!(
-            "per-CPU ({:?}): aborts {} shared path {} refills {} exhausted {} drains {} \
-             flushes {} remote frees {} in {} sends",
+            "per-CPU ({:?}, refill order {:?}): aborts {} shared path {} refills {} exhausted {} \
+             drains {} flushes {} remote frees {} in {} sends",
             c.mode,
+            c.refill_order,
             c.aborts,
             c.shared_path,
             c.refills,

@@ -22,7 +22,7 @@ use qdisc::{
     Driver, NullDriver, Overflow, Pfifo, PfifoFast, Qdisc, Strategy, ToFree, TxQueue, Verdict,
     XmitStats,
 };
-use skb_pool::{PerCpuStats, Pool, PoolStats, Skb};
+use skb_pool::{PerCpuStats, Pool, PoolStats, RefillOrder, Skb};
 
 /// What transmits: one of our strategies, or a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +154,8 @@ pub struct Workload {
     pub drain_hints: bool,
     /// `TxQueueBuilder::biased_root`: the root lock is lent to a lone thread.
     pub biased_root: bool,
+    /// `PoolBuilder::refill_order`: the order per-CPU caches hand out frames that came home.
+    pub refill_order: RefillOrder,
 }
 
 impl Default for Workload {
@@ -171,6 +173,7 @@ impl Default for Workload {
             self_send_burst: qdisc::DEFAULT_SELF_SEND_BURST,
             drain_hints: true,
             biased_root: true,
+            refill_order: RefillOrder::Freed,
             flows: 1,
             rate_pps: None,
             qdisc: QdiscKind::Pfifo,
@@ -253,6 +256,7 @@ impl fmt::Debug for Workload {
             .field("contender", &self.contender)
             .field("producers", &self.producers)
             .field("pool", &self.pool)
+            .field("refill_order", &self.refill_order)
             .field("qdisc", &self.qdisc)
             .field("size", &self.size)
             .field("burst", &self.burst)
@@ -498,6 +502,7 @@ pub fn build_pool(w: &Workload) -> Result<Pool, skb_pool::BuildError> {
         .remote_batch(16)
         .defer_max(512)
         .max_owners(w.producers + 2)
+        .refill_order(w.refill_order)
         .build()
 }
 

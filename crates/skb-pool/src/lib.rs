@@ -83,7 +83,7 @@ mod sync;
 
 pub use error::{AddrError, BuildError, PoolError, SkbError};
 pub use handle::PoolHandle;
-pub use percpu::{CpuCacheStats, MAX_CPUS, PerCpu, PerCpuStats};
+pub use percpu::{CpuCacheStats, MAX_CPUS, PerCpu, PerCpuStats, RefillOrder};
 pub use pool::{
     DEFAULT_CACHE_MAX, DEFAULT_DEFER_MAX, DEFAULT_FRAME_COUNT, DEFAULT_FRAME_SIZE,
     DEFAULT_HEADROOM, DEFAULT_MAX_OWNERS, DEFAULT_REMOTE_BATCH, MAX_FRAME_SIZE, MAX_OWNERS,

@@ -30,7 +30,7 @@ use llist_defer::{Fifo, LList};
 use crate::error::{AddrError, BuildError, PoolError};
 use crate::handle::PoolHandle;
 use crate::meta::{Frame, FrameMeta, IN_FLIGHT, IN_USE, SideArray, TAG_MASK};
-use crate::percpu::{MAX_CPUS, PerCpu, PerCpuState, PerCpuStats};
+use crate::percpu::{MAX_CPUS, PerCpu, PerCpuState, PerCpuStats, RefillOrder};
 use crate::region::{HugePages, Region};
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
 use crate::skb::Skb;
@@ -76,6 +76,7 @@ pub struct PoolBuilder {
     cache_max: usize,
     max_owners: usize,
     per_cpu: PerCpu,
+    refill_order: RefillOrder,
     cpus: Option<usize>,
     cpu_wake: Option<Wake>,
 }
@@ -86,6 +87,7 @@ impl fmt::Debug for PoolBuilder {
             .field("frame_size", &self.frame_size)
             .field("frame_count", &self.frame_count)
             .field("per_cpu", &self.per_cpu)
+            .field("refill_order", &self.refill_order)
             .field("cpus", &self.cpus)
             .finish_non_exhaustive()
     }
@@ -104,6 +106,7 @@ impl Default for PoolBuilder {
             cache_max: DEFAULT_CACHE_MAX,
             max_owners: DEFAULT_MAX_OWNERS,
             per_cpu: PerCpu::Auto,
+            refill_order: RefillOrder::Freed,
             cpus: None,
             cpu_wake: None,
         }
@@ -177,6 +180,14 @@ impl PoolBuilder {
     /// How the per-CPU caches behind [`Pool::alloc`] work (default [`PerCpu::Auto`]).
     pub fn per_cpu(mut self, mode: PerCpu) -> Self {
         self.per_cpu = mode;
+        self
+    }
+
+    /// In which order a per-CPU cache hands out frames that came home to it (default
+    /// [`RefillOrder::Freed`]; see [`RefillOrder`] for when [`RefillOrder::Address`] pays).
+    /// Per-owner handles keep their own order.
+    pub fn refill_order(mut self, order: RefillOrder) -> Self {
+        self.refill_order = order;
         self
     }
 
@@ -256,7 +267,14 @@ impl PoolBuilder {
                 region,
                 cfg,
                 self.max_owners,
-                PerCpuState::new(mode, cpus, cpu_cap, cfg.remote_batch, self.cpu_wake),
+                PerCpuState::new(
+                    mode,
+                    self.refill_order,
+                    cpus,
+                    cpu_cap,
+                    cfg.remote_batch,
+                    self.cpu_wake,
+                ),
             ),
         })
     }

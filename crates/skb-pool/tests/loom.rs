@@ -14,7 +14,7 @@
 use loom::sync::Arc as LoomArc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
-use skb_pool::{Pool, PoolHandle, Skb};
+use skb_pool::{Pool, PoolHandle, RefillOrder, Skb};
 use std::sync::Arc;
 
 const FRAMES: usize = 4;
@@ -223,13 +223,23 @@ fn percpu_pool(cpus: usize, wake: Option<skb_pool::Wake>) -> Pool {
 
 /// With `defer_max` 8 the remote-free batch is 2 (`defer_max / 4`).
 fn percpu_pool_deferring(cpus: usize, wake: Option<skb_pool::Wake>, defer_max: usize) -> Pool {
+    percpu_pool_ordered(cpus, wake, defer_max, RefillOrder::Freed)
+}
+
+fn percpu_pool_ordered(
+    cpus: usize,
+    wake: Option<skb_pool::Wake>,
+    defer_max: usize,
+    order: RefillOrder,
+) -> Pool {
     let b = Pool::builder()
         .frame_count(FRAMES)
         .defer_max(defer_max)
         .max_owners(1)
         .cache_max(4)
         .cpus(cpus)
-        .per_cpu(skb_pool::PerCpu::Locked);
+        .per_cpu(skb_pool::PerCpu::Locked)
+        .refill_order(order);
     match wake {
         Some(w) => b.cpu_wake(w),
         None => b,
@@ -461,8 +471,19 @@ fn percpu_partial_outgoing_batch_is_not_stranded() {
 /// or after. No frame is lost or handed out twice.
 #[test]
 fn percpu_drain_bigger_than_the_cache_races_a_probe() {
-    loom::model(|| {
-        let pool = percpu_pool_deferring(2, None, 8);
+    drain_bigger_than_the_cache_races_a_probe(RefillOrder::Freed);
+}
+
+/// The same with refills sorted by address: the drain gathers the batches it takes before it
+/// stashes them.
+#[test]
+fn percpu_sorted_drain_bigger_than_the_cache_races_a_probe() {
+    drain_bigger_than_the_cache_races_a_probe(RefillOrder::Address);
+}
+
+fn drain_bigger_than_the_cache_races_a_probe(order: RefillOrder) {
+    loom::model(move || {
+        let pool = percpu_pool_ordered(2, None, 8, order);
         assert_eq!(pool.remote_batch(), 2);
         skb_pool::loom_set_cpu(0);
         let skbs: Vec<Skb> = (0..FRAMES).map(|_| pool.alloc().unwrap()).collect();
@@ -507,10 +528,24 @@ fn percpu_drain_bigger_than_the_cache_races_a_probe() {
 #[test]
 fn percpu_kicked_drain_lifts_the_cache_racing_a_free_on_the_same_cpu() {
     static DRAINED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    kicked_drain_lifts_the_cache_racing_a_free_on_the_same_cpu(RefillOrder::Freed, &DRAINED);
+}
+
+/// The same with the drained frames sorted by address before they go beneath the lifted one.
+#[test]
+fn percpu_sorted_kicked_drain_lifts_the_cache_racing_a_free_on_the_same_cpu() {
+    static DRAINED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    kicked_drain_lifts_the_cache_racing_a_free_on_the_same_cpu(RefillOrder::Address, &DRAINED);
+}
+
+fn kicked_drain_lifts_the_cache_racing_a_free_on_the_same_cpu(
+    order: RefillOrder,
+    drained: &'static std::sync::atomic::AtomicUsize,
+) {
     // Eight frames to take back at the end: more branches than loom's default allows.
     let mut model = loom::model::Builder::new();
     model.max_branches = 10_000;
-    model.check(|| {
+    model.check(move || {
         let pool = Pool::builder()
             .frame_count(8)
             .defer_max(4)
@@ -518,6 +553,7 @@ fn percpu_kicked_drain_lifts_the_cache_racing_a_free_on_the_same_cpu() {
             .cache_max(2)
             .cpus(2)
             .per_cpu(skb_pool::PerCpu::Locked)
+            .refill_order(order)
             .build()
             .unwrap();
         skb_pool::loom_set_cpu(0);
@@ -543,12 +579,12 @@ fn percpu_kicked_drain_lifts_the_cache_racing_a_free_on_the_same_cpu() {
         b.join().unwrap();
         let got = a.join().unwrap();
         if pool.per_cpu_stats().cpus[0].deferred < 3 {
-            DRAINED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            drained.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         skbs.push(got);
         assert_all_reachable_from(&pool, 0, &skbs);
     });
     // Where B's free lands first, the cache is full again and the drain waits: at least one
     // interleaving must have drained (and lifted).
-    assert!(DRAINED.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert!(drained.load(std::sync::atomic::Ordering::Relaxed) > 0);
 }

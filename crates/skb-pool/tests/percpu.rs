@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use skb_pool::{PerCpu, Pool, PoolError, Skb};
+use skb_pool::{PerCpu, Pool, PoolError, RefillOrder, Skb};
 
 /// Pins the calling thread to `cpu`; panics (a test bug or a 1-CPU machine) if refused.
 fn pin(cpu: usize) {
@@ -214,6 +214,72 @@ fn frames_sent_home_come_back_in_the_order_they_were_freed() {
         // frames were handed out in (percpu.rs, `refill`). A LIFO refill would hand them out
         // newest first.
         assert_eq!(handed_out_again(&pool, 160, &freed), freed, "{mode:?}");
+        assert_eq!(pool.stats().free, 1024, "{mode:?}");
+    }
+}
+
+/// With `RefillOrder::Address` the frames a CPU gets back from its defer list come out lowest
+/// address first, whatever order they were freed in: through a kicked drain (the cache still
+/// holds frames, which come out first, as with `Freed`) and through the refill of a dry cache
+/// alike, each frame once.
+#[test]
+fn address_order_hands_frames_sent_home_out_lowest_address_first() {
+    for mode in modes() {
+        let pool = Pool::builder()
+            .frame_count(1024)
+            .cache_max(256)
+            .defer_max(64)
+            .cpus(2)
+            .per_cpu(mode)
+            .refill_order(RefillOrder::Address)
+            .build()
+            .unwrap();
+        assert_eq!(pool.per_cpu_stats().refill_order, RefillOrder::Address);
+        // Kicked drain: 48 frames freed on CPU 1 in a scrambled order (7 is coprime with 48).
+        let order: Vec<usize> = (0..48).map(|i| i * 7 % 48).collect();
+        let mut skbs: Vec<Option<Skb>> =
+            on_cpu(0, || (0..48).map(|_| Some(pool.alloc().unwrap())).collect());
+        let freed: Vec<u64> = order
+            .iter()
+            .map(|&i| skbs[i].as_ref().unwrap().frame_addr())
+            .collect();
+        on_cpu(1, || {
+            for &i in &order {
+                drop(skbs[i].take());
+            }
+        });
+        let mut lowest_first = freed.clone();
+        lowest_first.sort_unstable();
+        assert_ne!(
+            freed, lowest_first,
+            "{mode:?}: the test must free out of order"
+        );
+        assert_eq!(
+            handed_out_again(&pool, 160, &freed),
+            lowest_first,
+            "{mode:?}"
+        );
+        // Dry cache: every frame in use on CPU 0, then 48 of them freed on CPU 1, scrambled.
+        let mut all: Vec<Option<Skb>> = on_cpu(0, || {
+            std::iter::from_fn(|| pool.alloc().ok()).map(Some).collect()
+        });
+        assert_eq!(all.len(), 1024, "{mode:?}");
+        let picked: Vec<usize> = (0..48).map(|i| (i * 7 % 48) * 20).collect();
+        let freed: Vec<u64> = picked
+            .iter()
+            .map(|&i| all[i].as_ref().unwrap().frame_addr())
+            .collect();
+        on_cpu(1, || {
+            for &i in &picked {
+                drop(all[i].take());
+            }
+        });
+        let again: Vec<Skb> = on_cpu(0, || (0..48).map(|_| pool.alloc().unwrap()).collect());
+        let addrs: Vec<u64> = again.iter().map(Skb::frame_addr).collect();
+        let mut lowest_first = freed.clone();
+        lowest_first.sort_unstable();
+        assert_eq!(addrs, lowest_first, "{mode:?}: {:?}", pool.per_cpu_stats());
+        drop((again, all));
         assert_eq!(pool.stats().free, 1024, "{mode:?}");
     }
 }

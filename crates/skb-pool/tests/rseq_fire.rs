@@ -4,7 +4,8 @@
 //! another thread. Asserts conservation — no frame held twice at once (an atomic "held" flag
 //! per frame and a tag in its bytes), every frame back and reachable, each exactly once, at the
 //! end — and, for `PerCpu::Rseq`, that the kernel did abort critical sections (counted by the
-//! pool), in a second run the bulk sections (`Pool::alloc_bulk`, `Pool::free_bulk`) too.
+//! pool), in a second run the bulk sections (`Pool::alloc_bulk`, `Pool::free_bulk`) too; a
+//! third run sorts every refill (`RefillOrder::Address`).
 //! Bounded by iteration counts, never by wall time.
 //!
 //! Also run it with glibc's rseq registration off, so the crate registers its own areas:
@@ -14,7 +15,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 
-use skb_pool::{PerCpu, Pool, Skb};
+use skb_pool::{PerCpu, Pool, RefillOrder, Skb};
 
 const FRAMES: usize = 1024;
 const THREADS: usize = 6;
@@ -181,12 +182,13 @@ fn worker(pool: &Pool, sh: &Shared, me: usize, cpus: &[usize], n: usize, bulk: b
     }
 }
 
-fn fire(mode: PerCpu, bulk: bool) {
+fn fire(mode: PerCpu, bulk: bool, order: RefillOrder) {
     let pool = Pool::builder()
         .frame_count(FRAMES)
         .cache_max(32)
         .defer_max(32)
         .per_cpu(mode)
+        .refill_order(order)
         .build()
         .unwrap();
     assert_eq!(pool.per_cpu(), mode);
@@ -219,7 +221,7 @@ fn fire(mode: PerCpu, bulk: bool) {
     drop(sh.exchange.lock().unwrap().drain(..));
     let st = pool.per_cpu_stats();
     eprintln!(
-        "{mode:?} (bulk {bulk}): {} signals, {} aborts ({} in bulk sections), {} shared-path \
+        "{mode:?} (bulk {bulk}, {order:?} order): {} signals, {} aborts ({} in bulk sections), {} shared-path \
          operations, {:?}",
         SIGNALS.load(Ordering::Relaxed) - signals0,
         st.aborts,
@@ -284,9 +286,11 @@ fn per_cpu_caches_conserve_frames_under_migration_and_signals() {
         skb_pool::rseq::registered_by_glibc()
     );
     if skb_pool::rseq::SUPPORTED {
-        fire(PerCpu::Rseq, false);
-        fire(PerCpu::Rseq, true);
+        fire(PerCpu::Rseq, false, RefillOrder::Freed);
+        fire(PerCpu::Rseq, true, RefillOrder::Freed);
+        fire(PerCpu::Rseq, false, RefillOrder::Address);
     }
-    fire(PerCpu::Locked, false);
-    fire(PerCpu::Locked, true);
+    fire(PerCpu::Locked, false, RefillOrder::Freed);
+    fire(PerCpu::Locked, true, RefillOrder::Freed);
+    fire(PerCpu::Locked, true, RefillOrder::Address);
 }
