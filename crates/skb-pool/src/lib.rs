@@ -11,7 +11,10 @@
 //!   restartable sequence ([`PerCpu::Rseq`]); elsewhere a per-CPU try-lock
 //!   ([`PerCpu::Locked`]). Remote frees are gathered per freeing CPU, up to `remote_batch`
 //!   frames for one home, and an allocator that finds everything else dry takes a partial
-//!   batch that no free will complete, so no thread has anything to flush.
+//!   batch that no free will complete, so no thread has anything to flush. Threads that share
+//!   a CPU's cache scramble the order frames circulate in; for a pipeline whose consumer reads
+//!   the frames on another core, [`RefillOrder::Address`] sorts every refill back into address
+//!   order, which the hardware prefetcher follows (see its docs for what it costs elsewhere).
 //! - [`PoolHandle`] (per-owner caches): one handle per pinned thread (DPDK-style lcores),
 //!   no rseq, remote frees batched per owner; but every allocating thread must hold one
 //!   (at most `max_owners`), and frames cached by an idle owner are out of reach of the others.
