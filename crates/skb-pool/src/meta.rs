@@ -199,7 +199,7 @@ unsafe impl Node for Frame {
 /// few (one line per 1023 frames) while a small pool wastes at most one chunk of alignment.
 pub(crate) const CHUNK: usize = 1 << 16;
 /// Bytes between two entries.
-const STRIDE: usize = core::mem::size_of::<FrameMeta>();
+pub(crate) const STRIDE: usize = core::mem::size_of::<FrameMeta>();
 /// Offset of a chunk's first entry: the header, rounded up to an entry's alignment.
 const META_OFF: usize =
     core::mem::size_of::<ChunkHeader>().next_multiple_of(core::mem::align_of::<FrameMeta>());
