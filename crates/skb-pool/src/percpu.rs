@@ -102,12 +102,13 @@ pub enum RefillOrder {
     /// decays as described above.
     #[default]
     Freed,
-    /// Lowest address first: every refill and kicked drain sorts what it takes (an adaptive
-    /// merge sort: one pass over frames that came home in order, about 9 ns a frame over
-    /// frames in no order), so the circulation is put back in address order at every lap. For pipelines whose consumer reads each frame's
-    /// data on another core (the `skb_pool` bench's pipeline: up to 2.2x the rate with several
-    /// producers per CPU, see BENCHMARKS.md). The transmit engine with a defer list can lose
-    /// from it: its runner gets faster than its producers and drains smaller batches.
+    /// Lowest address first: every refill and kicked drain sorts what it takes (a bitmap over
+    /// the span of the frames' metadata entries, a few nanoseconds a frame), so the circulation
+    /// is put back in address order at every lap. For pipelines whose consumer reads each
+    /// frame's data on another core (the `skb_pool` bench's pipeline: up to 2.3x the rate with
+    /// several producers per CPU, see BENCHMARKS.md). The transmit engine with a defer list
+    /// can lose from it (a quarter to a third, on a machine whose cores share data quickly):
+    /// its runner gets faster than its producers and drains smaller batches.
     Address,
 }
 
