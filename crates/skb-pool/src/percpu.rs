@@ -939,18 +939,8 @@ impl PoolInner {
         }
         // Highest first: the last one pushed (or kept) is the lowest.
         sort_desc(addrs);
-        let m = addrs.len() - usize::from(keep_last);
-        let pushed = self.percpu.push_all(&addrs[..m], PUSH_SPARE);
-        if pushed < m {
-            let rest: Fifo<Frame> = addrs[pushed..m]
-                .iter()
-                // SAFETY: addresses of this pool's free frames the caller took whole, each once.
-                .map(|&a| unsafe { Frame::from_addr(a) })
-                .collect();
-            self.stash(rest);
-        }
-        // SAFETY: as above.
-        keep_last.then(|| unsafe { Frame::from_addr(addrs[m]) })
+        // SAFETY: addresses of this pool's free frames the caller took whole, each once.
+        unsafe { self.stash_spare(addrs, keep_last) }
     }
 
     /// [`percpu_alloc`](Self::percpu_alloc) past its inlined attempt: every mode, every source.
@@ -1114,18 +1104,32 @@ impl PoolInner {
         let n = unsafe { packed::unpack(head, &mut addr) };
         // Newest first: the last one pushed (or kept) is the oldest.
         addr[..n].reverse();
-        let m = n - usize::from(keep_last);
-        let pushed = self.percpu.try_push_bulk(None, &addr[..m], PUSH_SPARE);
+        // SAFETY: entries of free frames of the batch, taken whole by the caller, each once.
+        unsafe { self.stash_spare(&addr[..n], keep_last) }
+    }
+
+    /// Pushes the free frames at `addrs` (carrying no references, at least one) onto this
+    /// CPU's cache in that order, the last on top, but the last one if `keep_last`, which it
+    /// returns; in an rseq pool with one critical section, else (and for what does not fit)
+    /// through [`stash`](Self::stash).
+    ///
+    /// # Safety
+    ///
+    /// Each address is a free frame of this pool that the caller took whole and gives up, each
+    /// once.
+    unsafe fn stash_spare(&self, addrs: &[usize], keep_last: bool) -> Option<Frame> {
+        let m = addrs.len() - usize::from(keep_last);
+        let pushed = self.percpu.try_push_bulk(None, &addrs[..m], PUSH_SPARE);
         if pushed < m {
-            let rest: Fifo<Frame> = addr[pushed..m]
+            let rest: Fifo<Frame> = addrs[pushed..m]
                 .iter()
-                // SAFETY: entries of free frames of the batch, each once.
+                // SAFETY: the caller's contract: free frames of this pool, each once.
                 .map(|&a| unsafe { Frame::from_addr(a) })
                 .collect();
             self.stash(rest);
         }
         // SAFETY: as above.
-        keep_last.then(|| unsafe { Frame::from_addr(addr[m]) })
+        keep_last.then(|| unsafe { Frame::from_addr(addrs[m]) })
     }
 
     /// Puts free frames (carrying no references) into this CPU's cache; what does not fit goes

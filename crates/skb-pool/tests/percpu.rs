@@ -43,14 +43,43 @@ fn pool(mode: PerCpu, frames: usize) -> Pool {
 
 /// A 2-CPU pool with these limits (remote batches of `defer_max / 4`).
 fn pool_deferring(mode: PerCpu, frames: usize, cache_max: usize, defer_max: usize) -> Pool {
+    pool_builder(mode, frames, cache_max, defer_max)
+        .build()
+        .unwrap()
+}
+
+fn pool_builder(
+    mode: PerCpu,
+    frames: usize,
+    cache_max: usize,
+    defer_max: usize,
+) -> skb_pool::PoolBuilder {
     Pool::builder()
         .frame_count(frames)
         .cache_max(cache_max)
         .defer_max(defer_max)
         .cpus(2)
         .per_cpu(mode)
-        .build()
-        .unwrap()
+}
+
+/// Frees `skbs[i]` for each `i` of `picks`, in that order, on CPU 1; returns their addresses in
+/// the order they were freed.
+fn free_on_cpu_1(skbs: &mut [Option<Skb>], picks: &[usize]) -> Vec<u64> {
+    let freed = picks
+        .iter()
+        .map(|&i| skbs[i].as_ref().unwrap().frame_addr())
+        .collect();
+    on_cpu(1, || {
+        for &i in picks {
+            drop(skbs[i].take());
+        }
+    });
+    freed
+}
+
+/// 0..48 scrambled (7 is coprime with 48: each index once).
+fn scrambled_48() -> Vec<usize> {
+    (0..48).map(|i| i * 7 % 48).collect()
 }
 
 /// Allocates `n` frames on CPU 0 and frees them again; returns the addresses of those among
@@ -196,17 +225,8 @@ fn frames_sent_home_come_back_in_the_order_they_were_freed() {
         let pool = pool_deferring(mode, 1024, 256, 64);
         let mut skbs: Vec<Option<Skb>> =
             on_cpu(0, || (0..48).map(|_| Some(pool.alloc().unwrap())).collect());
-        // Freed on CPU 1 in a scrambled order (7 is coprime with 48: each frame once).
-        let order: Vec<usize> = (0..48).map(|i| i * 7 % 48).collect();
-        let freed: Vec<u64> = order
-            .iter()
-            .map(|&i| skbs[i].as_ref().unwrap().frame_addr())
-            .collect();
-        on_cpu(1, || {
-            for &i in &order {
-                drop(skbs[i].take());
-            }
-        });
+        // Freed on CPU 1 in a scrambled order.
+        let freed = free_on_cpu_1(&mut skbs, &scrambled_48());
         assert_eq!(pool.per_cpu_stats().cpus[0].deferred, 48, "{mode:?}");
         // The next allocation on CPU 0 notices the kick and drains the list into the cache,
         // beneath the frames the cache still holds (81 of the refill's 129); the cache hands
@@ -225,60 +245,38 @@ fn frames_sent_home_come_back_in_the_order_they_were_freed() {
 #[test]
 fn address_order_hands_frames_sent_home_out_lowest_address_first() {
     for mode in modes() {
-        let pool = Pool::builder()
-            .frame_count(1024)
-            .cache_max(256)
-            .defer_max(64)
-            .cpus(2)
-            .per_cpu(mode)
+        let pool = pool_builder(mode, 1024, 256, 64)
             .refill_order(RefillOrder::Address)
             .build()
             .unwrap();
         assert_eq!(pool.per_cpu_stats().refill_order, RefillOrder::Address);
-        // Kicked drain: 48 frames freed on CPU 1 in a scrambled order (7 is coprime with 48).
-        let order: Vec<usize> = (0..48).map(|i| i * 7 % 48).collect();
+        let lowest_first = |freed: &[u64]| {
+            let mut v = freed.to_vec();
+            v.sort_unstable();
+            assert_ne!(v, freed, "{mode:?}: the test must free out of order");
+            v
+        };
+        // Kicked drain: 48 frames freed on CPU 1 in a scrambled order.
         let mut skbs: Vec<Option<Skb>> =
             on_cpu(0, || (0..48).map(|_| Some(pool.alloc().unwrap())).collect());
-        let freed: Vec<u64> = order
-            .iter()
-            .map(|&i| skbs[i].as_ref().unwrap().frame_addr())
-            .collect();
-        on_cpu(1, || {
-            for &i in &order {
-                drop(skbs[i].take());
-            }
-        });
-        let mut lowest_first = freed.clone();
-        lowest_first.sort_unstable();
-        assert_ne!(
-            freed, lowest_first,
-            "{mode:?}: the test must free out of order"
-        );
-        assert_eq!(
-            handed_out_again(&pool, 160, &freed),
-            lowest_first,
-            "{mode:?}"
-        );
+        let freed = free_on_cpu_1(&mut skbs, &scrambled_48());
+        let want = lowest_first(&freed);
+        assert_eq!(handed_out_again(&pool, 160, &freed), want, "{mode:?}");
         // Dry cache: every frame in use on CPU 0, then 48 of them freed on CPU 1, scrambled.
         let mut all: Vec<Option<Skb>> = on_cpu(0, || {
             std::iter::from_fn(|| pool.alloc().ok()).map(Some).collect()
         });
         assert_eq!(all.len(), 1024, "{mode:?}");
-        let picked: Vec<usize> = (0..48).map(|i| (i * 7 % 48) * 20).collect();
-        let freed: Vec<u64> = picked
-            .iter()
-            .map(|&i| all[i].as_ref().unwrap().frame_addr())
-            .collect();
-        on_cpu(1, || {
-            for &i in &picked {
-                drop(all[i].take());
-            }
-        });
+        let picks: Vec<usize> = scrambled_48().iter().map(|i| i * 20).collect();
+        let freed = free_on_cpu_1(&mut all, &picks);
         let again: Vec<Skb> = on_cpu(0, || (0..48).map(|_| pool.alloc().unwrap()).collect());
         let addrs: Vec<u64> = again.iter().map(Skb::frame_addr).collect();
-        let mut lowest_first = freed.clone();
-        lowest_first.sort_unstable();
-        assert_eq!(addrs, lowest_first, "{mode:?}: {:?}", pool.per_cpu_stats());
+        assert_eq!(
+            addrs,
+            lowest_first(&freed),
+            "{mode:?}: {:?}",
+            pool.per_cpu_stats()
+        );
         drop((again, all));
         assert_eq!(pool.stats().free, 1024, "{mode:?}");
     }
