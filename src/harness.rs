@@ -953,33 +953,42 @@ mod tests {
     use super::*;
 
     /// Producers without handles (`PoolKind::PerCpu`), more of them than cores and more
-    /// packets than frames, through the engine, both peers and the bound: every packet offered
-    /// is sent, dropped or queued, every frame comes home, and the frames came from per-CPU
-    /// caches.
+    /// packets than frames, through the engine, both peers and the bound, with refills in
+    /// either order: every packet offered is sent, dropped or queued, every frame comes home,
+    /// and the frames came from per-CPU caches.
     #[test]
     fn per_cpu_producers_conserve_packets_and_frames() {
-        for contender in [
+        let contenders = [
             Contender::Engine(Strategy::DeferList),
             Contender::Mutex,
             Contender::SegQueue,
             Contender::OwnQueue,
-        ] {
+        ];
+        for (contender, refill_order) in contenders
+            .into_iter()
+            .map(|c| (c, RefillOrder::Freed))
+            .chain([(Contender::Engine(Strategy::DeferList), RefillOrder::Address)])
+        {
             let w = Workload {
                 contender,
                 producers: 5,
                 packets_per_producer: Some(20_000),
                 frames: 256,
                 pool: PoolKind::PerCpu,
+                refill_order,
                 ..Workload::default()
             };
             let cell = run(&w, &mut |_| {});
-            assert!(cell.conserved(), "{contender:?}: {cell}");
-            assert_eq!(cell.offered, 100_000, "{contender:?}: {cell}");
+            let what = format!("{contender:?}, {refill_order:?}");
+            assert!(cell.conserved(), "{what}: {cell}");
+            assert_eq!(cell.offered, 100_000, "{what}: {cell}");
             let pool = cell.pool.expect("pool stats");
-            assert_eq!(pool.outstanding(), 0, "{contender:?}: {pool:?}");
+            assert_eq!(pool.outstanding(), 0, "{what}: {pool:?}");
             // Handle-less producers: no handle allocated a frame (with PoolKind::Owner every
             // packet's frame would be counted here).
-            assert_eq!(pool.totals.allocs, 0, "{contender:?}: {pool:?}");
+            assert_eq!(pool.totals.allocs, 0, "{what}: {pool:?}");
+            let per_cpu = cell.per_cpu.expect("per-CPU stats");
+            assert_eq!(per_cpu.refill_order, refill_order, "{what}");
         }
     }
 }
