@@ -878,10 +878,41 @@ impl PoolInner {
     /// cache's room go back on the list still packed (for the next drain, or another CPU's
     /// probe) instead of overflowing the cache into the depot, where they would wait as chains
     /// that take one dependent miss a frame to walk. The rest is stashed newest batch first, so
-    /// that the oldest frame freed ends on top (see `refill`); with `keep_last`, the oldest
-    /// batch is always taken and its oldest frame returned instead of stashed. `reserve`
-    /// frames' room is kept free (frames lifted off the cache, to be put back on top).
+    /// that the oldest frame freed ends on top (see `refill`), or, in [`RefillOrder::Address`],
+    /// lowest address on top; with `keep_last`, the oldest batch is always taken and its oldest
+    /// (or lowest) frame returned instead of stashed. `reserve` frames' room is kept free
+    /// (frames lifted off the cache, to be put back on top).
     fn stash_drained(&self, cpu: usize, keep_last: bool, reserve: usize) -> Option<Frame> {
+        if self.percpu.order == RefillOrder::Address {
+            let (mut gathered, mut n) = ([0usize; SORT_MAX], 0);
+            self.take_drained(cpu, keep_last, reserve, SORT_MAX, |head, _| {
+                let mut one = [0usize; packed::MAX_PACK];
+                // SAFETY: `take_drained` hands over packed heads of this pool, taken whole.
+                let k = unsafe { packed::unpack(head, &mut one) };
+                gathered[n..n + k].copy_from_slice(&one[..k]);
+                n += k;
+                None
+            });
+            return self.stash_sorted(&mut gathered[..n], keep_last);
+        }
+        self.take_drained(cpu, keep_last, reserve, usize::MAX, |head, keep| {
+            // SAFETY: `take_drained` hands over packed heads of this pool, taken whole.
+            unsafe { self.stash_packed(head, keep) }
+        })
+    }
+
+    /// [`stash_drained`](Self::stash_drained)'s take: empties CPU `cpu`'s defer list and hands
+    /// the packed heads that fit (the cache's room less `reserve`, at most `limit` frames) to
+    /// `each`, newest first, with `true` for the last one if `keep_last`; puts the others back
+    /// on the list. Returns what `each` returned last.
+    fn take_drained(
+        &self,
+        cpu: usize,
+        keep_last: bool,
+        reserve: usize,
+        limit: usize,
+        mut each: impl FnMut(Frame, bool) -> Option<Frame>,
+    ) -> Option<Frame> {
         let pc = &self.percpu;
         let slot = &pc.slots[cpu];
         // The frames taken, counted from the heads themselves: the list's count errs high
@@ -896,37 +927,24 @@ impl PoolInner {
         let room = pc.cap.saturating_sub(pc.cached(cpu) + reserve) + usize::from(keep_last);
         let mut excess = total.saturating_sub(room);
         let (mut back, mut back_n) = (Fifo::new(), 0);
-        let mut got = None;
-        let sort = pc.order == RefillOrder::Address;
-        let (mut gathered, mut n) = ([0usize; SORT_MAX], 0);
+        let (mut got, mut given) = (None, 0);
         let mut next = taken.pop_front();
         while let Some(head) = next {
             next = taken.pop_front();
             let last = next.is_none();
             // SAFETY: as above.
             let k = unsafe { packed::total(&head) };
-            if (excess > 0 && !(last && keep_last)) || (sort && n + k > SORT_MAX) {
+            if (excess > 0 && !(last && keep_last)) || given + k > limit {
                 excess = excess.saturating_sub(k);
                 back_n += k;
                 back.push_back(head);
                 continue;
             }
             excess = 0;
-            if sort {
-                let mut one = [0usize; packed::MAX_PACK];
-                // SAFETY: as above.
-                let k = unsafe { packed::unpack(head, &mut one) };
-                gathered[n..n + k].copy_from_slice(&one[..k]);
-                n += k;
-            } else {
-                // SAFETY: as above.
-                got = unsafe { self.stash_packed(head, last && keep_last) };
-            }
+            given += k;
+            got = each(head, last && keep_last);
         }
         slot.requeue(back, back_n);
-        if sort {
-            got = self.stash_sorted(&mut gathered[..n], keep_last);
-        }
         got
     }
 
@@ -1627,9 +1645,10 @@ impl PoolInner {
     }
 }
 
-/// Words of [`sort_desc`]'s bitmap: metadata entries spanning at most 64 Ki lines (4 MiB of
-/// side array, about 65 000 frames) sort by bitmap; wider spans by comparison.
-const SORT_WORDS: usize = 1024;
+/// Words of [`sort_desc`]'s bitmap (2 KiB, zeroed at each sort): metadata entries spanning at
+/// most 16 Ki lines (1 MiB of side array, about 16 000 frames) sort by bitmap; wider spans by
+/// comparison.
+const SORT_WORDS: usize = 256;
 
 /// Sorts distinct metadata addresses (entries of one side array, so whole entries apart)
 /// highest first. A comparison sort costs about 9 ns a frame on frames in no order (a
