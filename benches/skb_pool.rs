@@ -1239,9 +1239,9 @@ fn percpu_threads() -> Vec<usize> {
 /// `SKB_BENCH_ONLY=percpu SKB_BENCH_ROUNDS=N`: the per-CPU caches beside the per-owner handle:
 /// `local` and `local_bulk` at P = 1..32 (per-CPU rseq, per-CPU locked, per-owner handle,
 /// mimalloc), the pipeline at P = 1..8 (per-CPU rseq with each refill order, per-owner handle,
-/// mimalloc, the handoff bound, the meta bound and the shuffled bound), and the stranding pattern's failures for both
-/// pools (`SKB_BENCH_PERCPU=local`: the two `local` tables alone; `SKB_BENCH_PERCPU=pipeline`:
-/// all but them). Slices of 3 000 000 frames (`SKB_BENCH_SLICE` for `local`,
+/// mimalloc, the handoff bound, the meta bound and the shuffled bound), and the stranding
+/// pattern's failures for both pools (`SKB_BENCH_PERCPU=local`: the two `local` tables alone;
+/// `SKB_BENCH_PERCPU=pipeline`: all but them). Slices of 3 000 000 frames (`SKB_BENCH_SLICE` for `local`,
 /// `SKB_BENCH_PIPE_SLICE` for the pipeline). Same-run ratios are medians of in-round ratios.
 /// Each row ends with what the cross-core probe ([`lockless_xmit::pingpong::probe`]) read
 /// before its rounds: the machine's state.
