@@ -18,8 +18,8 @@
 //!
 //! **Taking a stack from elsewhere.** A CPU where nobody frees any more leaves its stacks as
 //! they are, and an allocator that finds nothing else must be able to take their frames (the
-//! anti-stranding probe). Each stack's flag byte is what its sections check at their start (the
-//! cache sections check the pool's `dying` byte there); a taker sets the flag, then
+//! anti-stranding probe). Each stack's flag byte is what its sections check at their start (as
+//! the cache sections check their cache's); a taker sets the flag, then
 //! `membarrier(PRIVATE_EXPEDITED_RSEQ)` restarts every section in progress, so from then on no
 //! section commits on the stack: the taker reads and resets it with plain accesses, and clears
 //! the flag. A free that finds the flag set takes the lock-based path. The restart is an
@@ -46,10 +46,10 @@ pub(crate) const MAX_STACK_CPUS: usize = 32;
 /// At most one taking per this long (see the module docs).
 pub(crate) const TAKE_EVERY: Duration = Duration::from_millis(1);
 
-/// A taker holds the stack.
-const TAKING: u8 = 1;
-/// The pool is frozen: the stack is closed for good.
-const FROZEN: u8 = 2;
+/// A taker holds the stack (or, in `percpu.rs`, the cache).
+pub(crate) const TAKING: u8 = 1;
+/// The pool is frozen: the stack (or cache) is closed for good.
+pub(crate) const FROZEN: u8 = 2;
 
 /// One (freeing CPU, home CPU) stack.
 struct Stack {
@@ -122,7 +122,7 @@ impl OutStacks {
             word: s.word.as_ptr(),
             items: s.items.as_ptr().cast::<usize>().cast_mut(),
             cap: self.cap as u64,
-            dying: s.flag.as_ptr().cast_const(),
+            flag: s.flag.as_ptr().cast_const(),
         })
     }
 

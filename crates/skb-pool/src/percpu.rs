@@ -33,15 +33,26 @@
 //! overflow list, with an atomic pool reference. An allocation whose cache is dry refills from,
 //! in order: its CPU's defer list, the overflow list, the depot (half a cache per batch), the
 //! defer lists of other CPUs (so frames sent home to a CPU nobody allocates on any more are not
-//! stranded; one probe per CPU per call), vacant owner slots, and last the outgoing batches
-//! and stacks of every CPU (frames freed where nobody frees any more). Frames from the defer list
+//! stranded; one probe per CPU per call), vacant owner slots, the outgoing batches and stacks
+//! of every CPU (frames freed where nobody frees any more), and last the fullest other CPU's
+//! cache, half of it (a *taking*: frames freed on a CPU nobody runs on any more are not
+//! stranded either, so `Exhausted` means no frame sat free anywhere the allocation looked).
+//! Frames from the defer list
 //! and the depot go into the cache so that it hands them out in the order they were freed (or
 //! sat in the depot): a frame freed here is pushed on top (its lines are hot here), but a
 //! frame sent home is hot on another core, and keeping the order in which frames circulate
 //! keeps a producer's frames at a fixed stride, which the hardware prefetcher follows. A push
 //! to a full cache first flushes half of it to the depot (DPDK's hysteresis). A CPU's cache
 //! holds at most `min(cache_max, frame_count / (2 × cpus))` frames, so the caches together
-//! never hold more than half the pool: a frame in a cache is reachable only from its CPU.
+//! never hold more than half the pool, and takings, which interrupt the CPU taken from in an
+//! rseq pool, stay rare.
+//!
+//! A taking holds the other CPU's cache as a lock would: in a locked pool by its try-lock; in
+//! an rseq pool by the cache's flag byte, which every section on it checks at its start, set
+//! before `membarrier(PRIVATE_EXPEDITED_RSEQ)` restarts the sections running on that CPU, so
+//! that none commits on the cache until the taker clears the flag (see
+//! [`take_cached`](crate::percpu::PerCpuState::take_cached)). A thread that finds its cache
+//! held meanwhile takes the shared path.
 //!
 //! # References
 //!
@@ -66,11 +77,13 @@ use llist_defer::{Chain, Fifo};
 
 use crate::meta::Frame;
 use crate::outgoing::{Full, Outgoing};
-use crate::outstack::OutStacks;
+use crate::outstack::{FROZEN, OutStacks, TAKING};
 use crate::packed;
 use crate::pool::PoolInner;
 use crate::remote::{Deferred, Kick, OwnerSlot, Wake};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Counter, Ordering, current_cpu, thread};
+use crate::sync::{
+    AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Counter, Ordering, current_cpu, thread,
+};
 
 /// Which per-CPU cache implementation a pool uses ([`PoolBuilder::per_cpu`]).
 ///
@@ -137,11 +150,15 @@ const LIFT_MAX: usize = 256;
 /// `cache_max + 1`; past this, the newer batches stay on the defer list for the next drain).
 const SORT_MAX: usize = 512;
 
-/// One CPU's cache: the commit word, the try-lock of `PerCpu::Locked`, and the stack.
+/// One CPU's cache: the commit word, the try-lock of `PerCpu::Locked`, the flag of
+/// `PerCpu::Rseq`, and the stack.
 struct CpuCache {
     /// Count of `items` in use (low 32 bits) | this CPU's reference share (high 32, wrapping).
     word: AtomicU64,
     lock: AtomicBool,
+    /// [`TAKING`] (a thread on another CPU is taking frames) | [`FROZEN`] (the pool is being
+    /// freed): the byte every rseq section on this cache checks at its start, on the word's line.
+    flag: AtomicU8,
     /// Frame metadata addresses; only `[0, count)` is meaningful.
     items: Box<[AtomicUsize]>,
 }
@@ -198,6 +215,7 @@ struct Counters {
     sends: Counter,
     exhausted: Counter,
     bulk_aborts: Counter,
+    takings: Counter,
 }
 
 /// A snapshot of one CPU's cache and defer list ([`PerCpuStats`]).
@@ -245,6 +263,9 @@ pub struct PerCpuStats {
     pub remote_frees: u64,
     /// Batches of such frames pushed onto a home CPU's defer list.
     pub sends: u64,
+    /// Refills that found every other source dry and took half the frames of another CPU's
+    /// cache (in an rseq pool each such taking interrupts that CPU once).
+    pub cache_takings: u64,
     /// Refills that found no frame in any source (the allocation fails with
     /// [`PoolError::Exhausted`](crate::PoolError::Exhausted), unless a locked cache's preempted
     /// holder then hands it one).
@@ -319,6 +340,7 @@ impl PerCpuState {
                 CachePadded::new(CpuCache {
                     word: AtomicU64::new(0),
                     lock: AtomicBool::new(false),
+                    flag: AtomicU8::new(0),
                     items: (0..cap).map(|_| AtomicUsize::new(0)).collect(),
                 })
             })
@@ -366,7 +388,6 @@ impl PerCpuState {
         let Some(area) = rseq::area() else {
             return Res::NoCache;
         };
-        let dying = self.dying.as_ptr().cast_const().cast::<u8>();
         loop {
             let cpu = rseq::cpu(area);
             if want.is_some_and(|w| w != cpu) {
@@ -379,11 +400,12 @@ impl PerCpuState {
                 word: c.word.as_ptr(),
                 items: c.items.as_ptr().cast::<usize>().cast_mut(),
                 cap: self.cap as u64,
-                dying,
+                flag: c.flag.as_ptr().cast_const(),
             };
             // SAFETY: `area` is this thread's registered area; the word, the items (`cap` of
-            // them) and `dying` live as long as the pool, which the caller's reference keeps
-            // alive; in an Rseq pool only these sections, on CPU `cpu`, write them.
+            // them) and the flag live as long as the pool, which the caller's reference keeps
+            // alive; in an Rseq pool only these sections, on CPU `cpu`, write them (and a
+            // taker, only once it flagged the cache and restarted them).
             let (st, item) = unsafe {
                 match op {
                     Op::Pop(d) => rseq::pop(area, cpu, cache, d),
@@ -394,7 +416,7 @@ impl PerCpuState {
             match st {
                 Status::Done => return Res::Done(item, cpu),
                 Status::Refused => return Res::Refused(cpu),
-                Status::Dying => return Res::NoCache,
+                Status::Flagged => return Res::NoCache,
                 Status::WrongCpu => {}
                 Status::Abort => self.counters_at(cpu as usize).aborts.add(1),
             }
@@ -457,7 +479,7 @@ impl PerCpuState {
             word: c.word.as_ptr(),
             items: c.items.as_ptr().cast::<usize>().cast_mut(),
             cap: self.cap as u64,
-            dying: self.dying.as_ptr().cast_const().cast::<u8>(),
+            flag: c.flag.as_ptr().cast_const(),
         })
     }
 
@@ -466,6 +488,84 @@ impl PerCpuState {
         self.caches
             .get(cpu)
             .map_or(0, |c| c.word.load(Ordering::Relaxed) as u32 as usize)
+    }
+
+    /// Takes half the frames (rounded up) of the fullest cache of a CPU other than `here`, by
+    /// a snapshot of their counts, for a refill that found every other source dry: the frames
+    /// a CPU's cache holds are otherwise reachable only from that CPU, and a CPU nobody runs on
+    /// any more would keep them for good. The frames carry no references (those went to the
+    /// cache's share when they were freed, and stay there). Nothing if that cache is held: its
+    /// try-lock (locked pools), or its flag by another taker or the pool's freeze (rseq pools).
+    ///
+    /// An rseq pool's cache is written without a lock, by sections that run only on its CPU: the
+    /// taker sets the cache's flag, which every section checks at its start, then restarts the
+    /// sections running on that CPU (`membarrier`; a section whose thread is not running there
+    /// restarts when it next runs), so that no section commits on the cache until the flag is
+    /// cleared, and the word and items are the taker's to read and rewrite. The restart costs an
+    /// interrupt to that CPU, paid only when the pool would otherwise report `Exhausted`.
+    #[cold]
+    #[inline(never)]
+    fn take_cached(&self, here: usize) -> Fifo<Frame> {
+        let mut taken = Fifo::new();
+        let fullest = (0..self.caches.len())
+            .filter(|&cpu| cpu != here)
+            .map(|cpu| (self.cached(cpu), cpu))
+            .max();
+        let Some((_, cpu)) = fullest.filter(|&(n, _)| n > 0) else {
+            return taken;
+        };
+        let c = &self.caches[cpu];
+        match self.mode {
+            PerCpu::Rseq => {
+                // The flag before the restart's barrier (SeqCst); takers exclude each other, and a
+                // frozen cache stays closed (the exchange fails on any bit set).
+                if c.flag
+                    .compare_exchange(0, TAKING, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_err()
+                {
+                    return taken;
+                }
+                if restart_sections_on(cpu as u32) {
+                    self.take_half(c, &mut taken);
+                }
+                // Release: the next section on this cache sees it as we left it.
+                c.flag.fetch_and(!TAKING, Ordering::Release);
+            }
+            PerCpu::Locked | PerCpu::Auto => {
+                // Acquire: the last holder's writes are visible; a holder (preempted
+                // mid-operation, or running there now) is not waited for.
+                if c.lock
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    return taken;
+                }
+                // As in `run_locked`: `freeze` stores `dying` before it takes each lock.
+                if !self.dying.load(Ordering::Relaxed) {
+                    self.take_half(c, &mut taken);
+                }
+                c.lock.store(false, Ordering::Release);
+            }
+        }
+        if !taken.is_empty() {
+            self.counters_at(here).takings.add(1);
+        }
+        taken
+    }
+
+    /// Moves the top half (rounded up) of cache `c` into `out`, oldest first. The caller holds
+    /// the cache: its try-lock, or its flag with every section on its CPU restarted since.
+    fn take_half(&self, c: &CpuCache, out: &mut Fifo<Frame>) {
+        let w = c.word.load(Ordering::Acquire);
+        let n = (w as u32 as usize).min(self.cap);
+        let k = n.div_ceil(2);
+        for item in &c.items[n - k..n] {
+            // SAFETY: a cache holds only metadata addresses of this pool's free frames, each
+            // once, below its count; these leave it with the store below.
+            out.push_back(unsafe { Frame::from_addr(item.load(Ordering::Relaxed)) });
+        }
+        // Only the count changes: the reference share in the high half stays the CPU's.
+        c.word.store(w - k as u64, Ordering::Relaxed);
     }
 
     /// One bulk pop on the current CPU's cache (rseq pools only): `Some((k, cpu))` with the
@@ -487,7 +587,7 @@ impl PerCpuState {
             match st {
                 Status::Done => return Some((k, cpu)),
                 Status::Abort => self.count_bulk_abort(),
-                Status::WrongCpu | Status::Dying | Status::Refused => {}
+                Status::WrongCpu | Status::Flagged | Status::Refused => {}
             }
             None
         }
@@ -644,6 +744,9 @@ impl PerCpuState {
     /// pool is leaked rather than freed under a running section).
     pub(crate) fn freeze(&self) -> Option<u32> {
         self.dying.store(true, Ordering::SeqCst);
+        for c in self.caches.iter() {
+            c.flag.fetch_or(FROZEN, Ordering::SeqCst);
+        }
         self.stacks.freeze();
         match self.mode {
             PerCpu::Rseq =>
@@ -708,6 +811,7 @@ impl PerCpuState {
                 + self.out.iter().map(|o| o.added()).sum::<u64>()
                 + self.stacks.len() as u64,
             sends: self.sum(|c| &c.sends),
+            cache_takings: self.sum(|c| &c.takings),
             exhausted: self.sum(|c| &c.exhausted),
         }
     }
@@ -1062,6 +1166,9 @@ impl PoolInner {
         if got.is_empty() {
             got = self.take_outgoing();
         }
+        if got.is_empty() {
+            got = self.percpu.take_cached(cpu);
+        }
         let Some(first) = got.pop_front() else {
             pc.counters_at(cpu).exhausted.add(1);
             return None;
@@ -1382,7 +1489,7 @@ impl PoolInner {
                         pc.count_abort();
                         continue;
                     }
-                    Status::Dying => {
+                    Status::Flagged => {
                         // SAFETY: forwarded contract.
                         return unsafe {
                             PoolInner::percpu_free_remote(this, frame, home as usize, Some(cpu))
@@ -1399,7 +1506,7 @@ impl PoolInner {
                 // Filled meanwhile (a thread preempted on this CPU): the next turn sends it.
                 Status::Refused | Status::WrongCpu => {}
                 Status::Abort => pc.count_abort(),
-                Status::Dying => {
+                Status::Flagged => {
                     // SAFETY: forwarded contract.
                     return unsafe {
                         PoolInner::percpu_free_remote(this, frame, home as usize, Some(cpu))
@@ -1473,7 +1580,7 @@ impl PoolInner {
                     Status::Done => rest = &rest[k..],
                     Status::Refused | Status::WrongCpu => {}
                     Status::Abort => pc.count_bulk_abort(),
-                    Status::Dying => break,
+                    Status::Flagged => break,
                 }
                 continue;
             } else {
@@ -1487,7 +1594,7 @@ impl PoolInner {
                         pc.count_bulk_abort();
                         continue;
                     }
-                    (Status::Dying, _) => break,
+                    (Status::Flagged, _) => break,
                 }
             };
             // A batch: the stack's frames, topped up from the rest (up to `cap` in all).
@@ -1684,6 +1791,20 @@ fn sort_desc(addrs: &mut [usize]) {
         }
     }
     debug_assert_eq!(k, addrs.len(), "a metadata address given twice");
+}
+
+/// Restarts the rseq sections running on CPU `cpu` (a cache taker's second step); `false` if
+/// it cannot, and then nothing may be taken.
+fn restart_sections_on(cpu: u32) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
+    {
+        crate::rseq::membarrier_rseq_on(cpu)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom))))]
+    {
+        let _ = cpu;
+        false
+    }
 }
 
 /// Restarts every rseq section in progress (a stack taker's second step); `false` if it

@@ -252,7 +252,8 @@ impl PoolBuilder {
             return Err(BuildError::BadCpuCount(cpus));
         }
         let mode = crate::percpu::resolve(self.per_cpu).map_err(BuildError::RseqUnavailable)?;
-        // At most half the pool in per-CPU caches: a cached frame is reachable only from its CPU.
+        // At most half the pool in per-CPU caches: a cached frame is handed out by its CPU, and
+        // reached from another only by a taking (an interrupt), when all else is dry.
         let cpu_cap = self.cache_max.min(frame_count / (2 * cpus)).max(1);
         let region = Region::map(frame_count, frame_size, self.huge_pages, self.populate)?;
         let cfg = Config {
@@ -620,10 +621,12 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`PoolError::Exhausted`] if no frame is free anywhere this CPU can reach. Frames freed
-    /// on another CPU that wait there for their batch to fill are reached too, but in an rseq
-    /// pool at most once a millisecond (taking them interrupts every CPU): a caller that must
-    /// not give up on those uses [`alloc_wait`](Self::alloc_wait).
+    /// [`PoolError::Exhausted`] if no frame is free anywhere this CPU can reach: its cache, the
+    /// depot, every CPU's defer list and, last, the fullest other CPU's cache (half of it, at
+    /// the cost of one interrupt to that CPU in an rseq pool). Frames freed on another CPU that
+    /// wait there for their batch to fill are reached too, but in an rseq pool at most once a
+    /// millisecond (taking them interrupts every CPU): a caller that must not give up on those
+    /// uses [`alloc_wait`](Self::alloc_wait).
     #[inline(always)]
     pub fn alloc(&self) -> Result<Skb, PoolError> {
         let frame = self.inner().percpu_alloc().ok_or(PoolError::Exhausted)?;

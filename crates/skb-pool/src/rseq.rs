@@ -3,7 +3,7 @@
 //! sections the per-CPU caches use (pop, push, their bulk forms, add), written in x86_64 `asm!`.
 //!
 //! This file owns nothing of the pool: it knows a per-CPU word (`count | ref delta`), an item
-//! array and a `dying` byte, and commits one store to the word. What the word means is
+//! array and a flag byte, and commits one store to the word. What the word means is
 //! `percpu.rs`'s business. Under `--cfg lockless_loom` and on other architectures the critical
 //! sections are compiled out ([`SUPPORTED`](crate::rseq::SUPPORTED) is `false`) and pools fall back to
 //! `PerCpu::Locked`.
@@ -22,10 +22,11 @@
 //!
 //! Each section stores the address of its `struct rseq_cs` descriptor into `rseq->rseq_cs`,
 //! then, between `start_ip` and the commit, checks that the thread still runs on the CPU whose
-//! cache it indexes (`rseq->cpu_id`) and that the pool is not dying, loads the word, does its
-//! work and commits with one store. If the thread is preempted, migrated or signalled inside
-//! that range, the kernel moves it to the abort handler instead of resuming it, and the section
-//! reports `ABORT`; the caller retries. No atomic read-modify-write anywhere.
+//! cache it indexes (`rseq->cpu_id`) and that the cache's flag byte is clear (no taker holds it,
+//! the pool is not dying), loads the word, does its work and commits with one store. If the
+//! thread is preempted, migrated or signalled inside that range, the kernel moves it to the
+//! abort handler instead of resuming it, and the section reports `ABORT`; the caller retries.
+//! No atomic read-modify-write anywhere.
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
 use core::cell::Cell;
@@ -80,8 +81,9 @@ pub(crate) enum Status {
     Done,
     /// The thread was not on the expected CPU (checked inside the section).
     WrongCpu,
-    /// The pool is dying: per-CPU reference counts are frozen.
-    Dying,
+    /// The flag byte is set: a taker holds the cache (or stack), or the pool is dying and
+    /// per-CPU reference counts are frozen. The caller takes another path.
+    Flagged,
     /// Pop of an empty cache, or push to a full one.
     Refused,
     /// The kernel aborted the section (preemption, migration, signal).
@@ -89,14 +91,14 @@ pub(crate) enum Status {
 }
 
 /// The per-CPU cache a section works on: its commit word, its item array of `cap` slots, and
-/// the pool's `dying` byte.
+/// its flag byte (set while a taker holds it, and for good once the pool is dying).
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
 #[derive(Clone, Copy)]
 pub(crate) struct CacheRef {
     pub(crate) word: *mut u64,
     pub(crate) items: *mut usize,
     pub(crate) cap: u64,
-    pub(crate) dying: *const u8,
+    pub(crate) flag: *const u8,
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
@@ -234,6 +236,21 @@ mod imp {
         unsafe { libc::syscall(libc::SYS_membarrier, 1i32 << 7, 0u32, 0i32) == 0 }
     }
 
+    /// Restarts every rseq critical section of this process running on CPU `cpu`, and orders
+    /// that CPU's memory accesses with the caller's (`MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ`
+    /// with `MEMBARRIER_CMD_FLAG_CPU`, Linux 5.10); every CPU where the kernel cannot target one.
+    /// A section on a CPU's cache commits only while running on that CPU (a preempted or
+    /// migrated thread restarts when it runs again), so this one interrupt is enough.
+    pub(crate) fn membarrier_rseq_on(cpu: u32) -> bool {
+        let Ok(cpu) = i32::try_from(cpu) else {
+            return membarrier_rseq();
+        };
+        // SAFETY: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
+        // cpu); the process registered in `register_membarrier` when the pool was built.
+        (unsafe { libc::syscall(libc::SYS_membarrier, 1i32 << 7, 1u32, cpu) } == 0)
+            || membarrier_rseq()
+    }
+
     #[inline(always)]
     fn status(st: u32) -> Status {
         if st == 0 {
@@ -247,18 +264,18 @@ mod imp {
     fn failed(st: u32) -> Status {
         match st {
             1 => Status::WrongCpu,
-            2 => Status::Dying,
+            2 => Status::Flagged,
             3 => Status::Refused,
             _ => Status::Abort,
         }
     }
 
-    /// The frame of every section: the descriptor, its installation, the CPU and dying checks
+    /// The frame of every section: the descriptor, its installation, the CPU and flag checks
     /// at the start, the body (ending in the commit store) falling through with status 0, the
     /// other status exits and the abort handler behind its signature out of line (in
     /// `__rseq_failure`, so the committed path takes no jump), with the operands every section
-    /// has (`rseq`, `cpu`, `dying`, `word`, the scratch `tmp` and `w`, and the status `st`).
-    /// `cpu` and `dying` are clobbered: past the checks a body may use them as scratch.
+    /// has (`rseq`, `cpu`, `flag`, `word`, the scratch `tmp` and `w`, and the status `st`).
+    /// `cpu` and `flag` are clobbered: past the checks a body may use them as scratch.
     macro_rules! section {
         ($area:expr, $cpu:expr, $c:expr, $st:ident; $($body:literal,)* ; $($ops:tt)*) => {
             core::arch::asm!(
@@ -273,7 +290,7 @@ mod imp {
                 "4:",
                 "cmpl {cpu:e}, 4({rseq})",
                 "jne 7f",
-                "cmpb $0, ({dying})",
+                "cmpb $0, ({flag})",
                 "jne 8f",
                 $($body,)*
                 "5:",
@@ -298,7 +315,7 @@ mod imp {
                 $($ops)*
                 rseq = in(reg) $area,
                 cpu = inout(reg) $cpu => _,
-                dying = inout(reg) $c.dying => _,
+                flag = inout(reg) $c.flag => _,
                 word = in(reg) $c.word,
                 tmp = out(reg) _,
                 w = out(reg) _,
@@ -316,8 +333,9 @@ mod imp {
     /// # Safety
     ///
     /// `area` is the calling thread's registered area; `c`'s word, items (`cap` slots) and
-    /// `dying` are live, and the word and items are only ever written by sections on CPU `cpu`
-    /// (never mixed with the locked path).
+    /// flag are live, and the word and items are only ever written by sections on CPU `cpu` and
+    /// by a taker that set the flag and then restarted every section on that CPU (never mixed
+    /// with the locked path).
     #[inline(always)]
     pub(crate) unsafe fn pop(
         area: *mut RseqAbi,
@@ -329,7 +347,7 @@ mod imp {
         let item: usize;
         // SAFETY: the caller's contract; the section reads `*word`, `items[count - 1]`,
         // `items[count - 1 - ALLOC_AHEAD]` (when `count` is larger; an address it only
-        // prefetches) and `*dying`, writes only `*word` (its commit) and `area->rseq_cs`, and a
+        // prefetches) and `*flag`, writes only `*word` (its commit) and `area->rseq_cs`, and a
         // preempted, migrated or signalled thread is sent to the abort label instead of
         // committing.
         unsafe {
@@ -430,8 +448,8 @@ mod imp {
                 "leaq ({items},{tmp},8), {tmp}",
                 "xorl {cpu:e}, {cpu:e}",
                 "11:",
-                "movq ({tmp},{cpu:r},8), {dying}",
-                "movq {dying}, ({out},{cpu:r},8)",
+                "movq ({tmp},{cpu:r},8), {flag}",
+                "movq {flag}, ({out},{cpu:r},8)",
                 "incq {cpu:r}",
                 "cmpq {k}, {cpu:r}",
                 "jb 11b",
@@ -476,16 +494,16 @@ mod imp {
                 area, cpu, c, st;
                 "movq ({word}), {w}",
                 "movl {w:e}, {tmp:e}",
-                "movq {cap}, {dying}",
-                "subq {tmp}, {dying}",
+                "movq {cap}, {flag}",
+                "subq {tmp}, {flag}",
                 "jbe 9f",
-                "cmpq {k}, {dying}",
-                "cmovbq {dying}, {k}",
+                "cmpq {k}, {flag}",
+                "cmovbq {flag}, {k}",
                 "leaq ({items},{tmp},8), {tmp}",
                 "xorl {cpu:e}, {cpu:e}",
                 "11:",
-                "movq ({src},{cpu:r},8), {dying}",
-                "movq {dying}, ({tmp},{cpu:r},8)",
+                "movq ({src},{cpu:r},8), {flag}",
+                "movq {flag}, ({tmp},{cpu:r},8)",
                 "incq {cpu:r}",
                 "cmpq {k}, {cpu:r}",
                 "jb 11b",
@@ -530,8 +548,8 @@ mod imp {
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
 pub(crate) use imp::{
-    add, area, cpu, glibc_registered, membarrier_rseq, pop, pop_bulk, push, push_bulk,
-    register_membarrier,
+    add, area, cpu, glibc_registered, membarrier_rseq, membarrier_rseq_on, pop, pop_bulk, push,
+    push_bulk, register_membarrier,
 };
 
 /// Whether glibc registered this process's rseq areas (as opposed to this crate, per thread).

@@ -395,6 +395,41 @@ fn percpu_drain_of_a_cpu_nobody_allocates_on() {
     });
 }
 
+/// A frame in the cache of CPU 1 is taken by an allocation on CPU 0 that finds every other
+/// source dry (the locked pool's taking: CPU 1's try-lock, taken only if free), racing an
+/// allocation and a free of that frame on CPU 1 (which may find the cache taken and take the
+/// shared path instead). No frame is lost or handed out twice; after the join every frame must
+/// be reachable from CPU 0, and one left in CPU 1's cache is reached only by a taking.
+#[test]
+fn percpu_taking_from_a_cache_races_its_cpu() {
+    loom::model(|| {
+        // 4 frames on 2 CPUs: caches of one frame.
+        let pool = percpu_pool(2, None);
+        skb_pool::loom_set_cpu(1);
+        let mut held = vec![pool.alloc().unwrap()];
+        let x = pool.alloc().unwrap();
+        skb_pool::loom_set_cpu(0);
+        held.extend((0..2).map(|_| pool.alloc().unwrap()));
+        // CPU 1's cache holds x; every other source is dry.
+        skb_pool::loom_set_cpu(1);
+        drop(x);
+        assert_eq!(pool.per_cpu_stats().cpus[1].cached, 1);
+        let p1 = pool.clone();
+        let a = thread::spawn(move || {
+            skb_pool::loom_set_cpu(1);
+            drop(p1.alloc().ok());
+        });
+        let p0 = pool.clone();
+        let b = thread::spawn(move || {
+            skb_pool::loom_set_cpu(0);
+            p0.alloc().ok()
+        });
+        a.join().unwrap();
+        held.extend(b.join().unwrap());
+        assert_all_reachable_from(&pool, 0, &held);
+    });
+}
+
 /// A wake callback holding a token: the pool drops the callback (and the token's clone) when
 /// it is freed, so the token's count says whether it was.
 fn freed_token() -> (LoomArc<()>, skb_pool::Wake) {

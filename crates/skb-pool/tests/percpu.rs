@@ -771,3 +771,38 @@ fn a_bulk_free_from_another_cpu_goes_home_in_batches_with_the_references() {
         assert!(idx.iter().all(|i| got.binary_search(i).is_ok()));
     }
 }
+
+/// Frames freed on CPU 1 stay in CPU 1's cache, and nobody runs there any more: an allocation on
+/// CPU 0 that finds every other source dry takes them (half the cache per taking), so the pool
+/// hands out every one of its frames before it reports `Exhausted`. Without takings the last 16
+/// (CPU 1's cache: 64 frames on 2 CPUs, at most 64 / 4 each) are out of reach.
+#[test]
+fn frames_in_the_cache_of_a_cpu_nobody_runs_on_are_taken_before_exhaustion() {
+    for mode in modes() {
+        let pool = pool(mode, 64);
+        on_cpu(1, || {
+            let skbs: Vec<Skb> = (0..16).map(|_| pool.alloc().unwrap()).collect();
+            drop(skbs);
+        });
+        let stats = pool.per_cpu_stats();
+        assert_eq!(stats.cpus[1].cached, 16, "{mode:?}: {stats:?}");
+        let (got, exhausted) = on_cpu(0, || {
+            let got: Vec<Skb> = std::iter::from_fn(|| pool.alloc().ok()).collect();
+            (got, pool.alloc().unwrap_err())
+        });
+        let stats = pool.per_cpu_stats();
+        assert_eq!(got.len(), 64, "{mode:?}: stranded: {stats:?}");
+        assert!(
+            matches!(exhausted, skb_pool::PoolError::Exhausted),
+            "{mode:?}: {exhausted}"
+        );
+        assert_eq!(stats.cpus[1].cached, 0, "{mode:?}: {stats:?}");
+        assert!(stats.cache_takings >= 1, "{mode:?}: {stats:?}");
+        let mut idx: Vec<u32> = got.iter().map(Skb::frame_index).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        assert_eq!(idx.len(), 64, "{mode:?}: a frame handed out twice");
+        drop(got);
+        assert_eq!(pool.stats().free, 64, "{mode:?}");
+    }
+}

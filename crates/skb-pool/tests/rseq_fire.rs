@@ -5,7 +5,9 @@
 //! per frame and a tag in its bytes), every frame back and reachable, each exactly once, at the
 //! end — and, for `PerCpu::Rseq`, that the kernel did abort critical sections (counted by the
 //! pool), in a second run the bulk sections (`Pool::alloc_bulk`, `Pool::free_bulk`) too; a
-//! third run sorts every refill (`RefillOrder::Address`).
+//! third run sorts every refill (`RefillOrder::Address`). In a fourth, one more thread drains the
+//! pool again and again while the others run, so that its allocations take frames from the
+//! caches of CPUs where the others are inside their sections (asserted: takings happened).
 //! Bounded by iteration counts, never by wall time.
 //!
 //! Also run it with glibc's rseq registration off, so the crate registers its own areas:
@@ -123,8 +125,17 @@ impl Shared {
 }
 
 /// One thread's loop; with `bulk`, frames come from `Pool::alloc_bulk` and go back through
-/// `Pool::free_bulk` (the bulk critical sections), else one by one.
-fn worker(pool: &Pool, sh: &Shared, me: usize, cpus: &[usize], n: usize, bulk: bool) {
+/// `Pool::free_bulk` (the bulk critical sections), else one by one. With `drained` (a thread
+/// drains the pool meanwhile), an allocation may find it exhausted.
+fn worker(
+    pool: &Pool,
+    sh: &Shared,
+    me: usize,
+    cpus: &[usize],
+    n: usize,
+    bulk: bool,
+    drained: bool,
+) {
     let tag = me as u8 + 1;
     let mut mine: Vec<Skb> = Vec::with_capacity(BURST);
     let mut step = me;
@@ -134,9 +145,8 @@ fn worker(pool: &Pool, sh: &Shared, me: usize, cpus: &[usize], n: usize, bulk: b
         let want = 1 + (i + me) % BURST;
         if bulk {
             let got = pool.alloc_bulk(want, &mut mine);
-            assert_eq!(
-                got,
-                want,
+            assert!(
+                got == want || drained,
                 "exhausted with at most {} frames held",
                 THREADS * BURST * 2
             );
@@ -150,6 +160,7 @@ fn worker(pool: &Pool, sh: &Shared, me: usize, cpus: &[usize], n: usize, bulk: b
                     sh.take(&mut skb, tag);
                     mine.push(skb);
                 }
+                Err(_) if drained => break,
                 Err(e) => panic!(
                     "exhausted with at most {} frames held: {e}",
                     THREADS * BURST * 2
@@ -182,7 +193,27 @@ fn worker(pool: &Pool, sh: &Shared, me: usize, cpus: &[usize], n: usize, bulk: b
     }
 }
 
-fn fire(mode: PerCpu, bulk: bool, order: RefillOrder) {
+/// The draining thread: until the workers are done, allocates from one CPU after another until
+/// the pool is exhausted (taking frames from the other CPUs' caches on the way), then frees
+/// everything.
+fn drainer(pool: &Pool, sh: &Shared, cpus: &[usize], done: &AtomicUsize) {
+    let tag = THREADS as u8 + 1;
+    let mut mine: Vec<Skb> = Vec::with_capacity(FRAMES);
+    let mut step = 0;
+    while done.load(Ordering::Acquire) < THREADS {
+        step += 1;
+        pin(cpus[step % cpus.len()]);
+        while let Ok(mut skb) = pool.alloc() {
+            sh.take(&mut skb, tag);
+            mine.push(skb);
+        }
+        while let Some(skb) = mine.pop() {
+            sh.give_back(skb, tag);
+        }
+    }
+}
+
+fn fire(mode: PerCpu, bulk: bool, order: RefillOrder, drained: bool) {
     let pool = Pool::builder()
         .frame_count(FRAMES)
         .cache_max(32)
@@ -203,17 +234,24 @@ fn fire(mode: PerCpu, bulk: bool, order: RefillOrder) {
     // Rounds of `n` iterations until an abort was seen (Rseq), at most 20 rounds.
     for _round in 0..20 {
         let start = Barrier::new(THREADS);
+        let done = AtomicUsize::new(0);
         std::thread::scope(|s| {
             for me in 0..THREADS {
-                let (pool, sh, cpus, start) = (&pool, &sh, &cpus, &start);
+                let (pool, sh, cpus, start, done) = (&pool, &sh, &cpus, &start, &done);
                 s.spawn(move || {
                     start.wait();
-                    worker(pool, sh, me, cpus, n, bulk);
+                    worker(pool, sh, me, cpus, n, bulk, drained);
+                    done.fetch_add(1, Ordering::Release);
                 });
+            }
+            if drained {
+                s.spawn(|| drainer(&pool, &sh, &cpus, &done));
             }
         });
         let st = pool.per_cpu_stats();
-        if mode != PerCpu::Rseq || (st.aborts > 0 && (!bulk || st.bulk_aborts > 0)) {
+        let aborted = st.aborts > 0 && (!bulk || st.bulk_aborts > 0);
+        let took = !drained || cpus.len() < 2 || st.cache_takings > 0;
+        if (mode != PerCpu::Rseq || aborted) && took {
             break;
         }
     }
@@ -221,12 +259,13 @@ fn fire(mode: PerCpu, bulk: bool, order: RefillOrder) {
     drop(sh.exchange.lock().unwrap().drain(..));
     let st = pool.per_cpu_stats();
     eprintln!(
-        "{mode:?} (bulk {bulk}, {order:?} order): {} signals, {} aborts ({} in bulk sections), {} shared-path \
-         operations, {:?}",
+        "{mode:?} (bulk {bulk}, {order:?} order, drained {drained}): {} signals, {} aborts ({} in \
+         bulk sections), {} shared-path operations, {} cache takings, {:?}",
         SIGNALS.load(Ordering::Relaxed) - signals0,
         st.aborts,
         st.bulk_aborts,
         st.shared_path,
+        st.cache_takings,
         st.cpus
     );
     if mode == PerCpu::Rseq {
@@ -241,14 +280,19 @@ fn fire(mode: PerCpu, bulk: bool, order: RefillOrder) {
             );
         }
     }
+    if drained && cpus.len() >= 2 {
+        assert!(
+            st.cache_takings > 0,
+            "no frame taken from another CPU's cache in 20 rounds of {n} iterations"
+        );
+    }
     assert!(
         SIGNALS.load(Ordering::Relaxed) > signals0,
         "the timer signal never fired"
     );
     let stats = pool.stats();
     assert_eq!((stats.free, stats.outstanding()), (FRAMES, 0), "{stats:?}");
-    // Every frame reachable, each once: allocate everything from each CPU in turn (a frame
-    // in a CPU's cache is reachable from that CPU only).
+    // Every frame reachable, each once: allocate everything from each CPU in turn.
     let mut all = Vec::with_capacity(FRAMES);
     for &c in &cpus {
         std::thread::scope(|s| {
@@ -286,11 +330,13 @@ fn per_cpu_caches_conserve_frames_under_migration_and_signals() {
         skb_pool::rseq::registered_by_glibc()
     );
     if skb_pool::rseq::SUPPORTED {
-        fire(PerCpu::Rseq, false, RefillOrder::Freed);
-        fire(PerCpu::Rseq, true, RefillOrder::Freed);
-        fire(PerCpu::Rseq, false, RefillOrder::Address);
+        fire(PerCpu::Rseq, false, RefillOrder::Freed, false);
+        fire(PerCpu::Rseq, true, RefillOrder::Freed, false);
+        fire(PerCpu::Rseq, false, RefillOrder::Address, false);
+        fire(PerCpu::Rseq, true, RefillOrder::Freed, true);
     }
-    fire(PerCpu::Locked, false, RefillOrder::Freed);
-    fire(PerCpu::Locked, true, RefillOrder::Freed);
-    fire(PerCpu::Locked, true, RefillOrder::Address);
+    fire(PerCpu::Locked, false, RefillOrder::Freed, false);
+    fire(PerCpu::Locked, true, RefillOrder::Freed, false);
+    fire(PerCpu::Locked, true, RefillOrder::Address, false);
+    fire(PerCpu::Locked, false, RefillOrder::Freed, true);
 }
