@@ -60,8 +60,9 @@
 //! of the word of the CPU that allocated it (and dropped from the word of the CPU that frees it),
 //! so neither path touches a shared line. The sum over CPUs is the per-CPU share; the atomic count
 //! carries a bias while a [`Pool`](crate::Pool) value exists. When the last one goes,
-//! [`PerCpuState::freeze`](crate::percpu::PerCpuState::freeze) sets `dying` (every section checks
-//! it before its commit), waits out every section in progress (`membarrier(PRIVATE_EXPEDITED_RSEQ)`
+//! [`PerCpuState::freeze`](crate::percpu::PerCpuState::freeze) closes every cache (`dying` for
+//! the locked ones, checked under their lock; the flag byte `FROZEN` for the rseq ones, checked
+//! at every section's start), waits out every section in progress (`membarrier(PRIVATE_EXPEDITED_RSEQ)`
 //! restarts them; for the locked caches, taking each lock once), and folds the sum into the atomic
 //! count, which from then on counts every reference exactly. Only the sum matters, modulo 2^32: a
 //! frame counted on one CPU and released on another, or atomically, is fine.
@@ -264,7 +265,8 @@ pub struct PerCpuStats {
     /// Batches of such frames pushed onto a home CPU's defer list.
     pub sends: u64,
     /// Refills that found every other source dry and took half the frames of another CPU's
-    /// cache (in an rseq pool each such taking interrupts that CPU once).
+    /// cache (in an rseq pool each such taking interrupts that CPU, if a thread of the process
+    /// runs there).
     pub cache_takings: u64,
     /// Refills that found no frame in any source (the allocation fails with
     /// [`PoolError::Exhausted`](crate::PoolError::Exhausted), unless a locked cache's preempted
@@ -426,7 +428,8 @@ impl PerCpuState {
     /// One rseq attempt of `op` on the current CPU's cache, for the inlined fast paths:
     /// `Some` if it committed (the popped item, 0 for push, and the CPU), `None` for everything
     /// else — a `Locked` pool, no area, not on CPU `want`, a CPU past the table, an empty or
-    /// full cache, a dying pool, an abort (counted) — after which the caller takes the full
+    /// full cache, a flagged cache (a taker holds it, or the pool is dying), an abort
+    /// (counted) — after which the caller takes the full
     /// path ([`run`](Self::run), out of line), which starts over: an attempt that did not
     /// commit left no trace. Kept to the rseq section alone so that it inlines into callers'
     /// loops.
@@ -445,9 +448,9 @@ impl PerCpuState {
             }
             let cache = self.cache_ref(cpu).ok_or(None)?;
             // SAFETY: as in `run_rseq`: `area` is this thread's registered area; the word, the
-            // items (`cap` of them) and `dying` live as long as the pool, which the caller's
+            // items (`cap` of them) and the flag live as long as the pool, which the caller's
             // reference keeps alive; in an Rseq pool only these sections, on CPU `cpu`, write
-            // them.
+            // them (and a taker, only once it flagged the cache and restarted them).
             let (st, item) = unsafe {
                 match op {
                     Op::Pop(d) => rseq::pop(area, cpu, cache, d),
@@ -490,30 +493,45 @@ impl PerCpuState {
             .map_or(0, |c| c.word.load(Ordering::Relaxed) as u32 as usize)
     }
 
-    /// Takes half the frames (rounded up) of the fullest cache of a CPU other than `here`, by
-    /// a snapshot of their counts, for a refill that found every other source dry: the frames
-    /// a CPU's cache holds are otherwise reachable only from that CPU, and a CPU nobody runs on
-    /// any more would keep them for good. The frames carry no references (those went to the
-    /// cache's share when they were freed, and stay there). Nothing if that cache is held: its
-    /// try-lock (locked pools), or its flag by another taker or the pool's freeze (rseq pools).
+    /// Takes half the frames (rounded up) of the fullest cache of a CPU other than `here` that
+    /// it can hold (fullest first, by a snapshot of their counts), for a refill that found every
+    /// other source dry: the frames a CPU's cache holds are otherwise handed out only on that
+    /// CPU, and a CPU nobody runs on any more would keep them for good. The oldest half goes
+    /// (the bottom of the stack: the frames that CPU would hand out last, and the coldest
+    /// there). The frames carry no references (those went to the cache's share when they were
+    /// freed, and stay there). A cache is skipped while it is held: by its try-lock (locked
+    /// pools), or by its flag, for another taker or the pool's freeze (rseq pools).
     ///
     /// An rseq pool's cache is written without a lock, by sections that run only on its CPU: the
     /// taker sets the cache's flag, which every section checks at its start, then restarts the
     /// sections running on that CPU (`membarrier`; a section whose thread is not running there
     /// restarts when it next runs), so that no section commits on the cache until the flag is
     /// cleared, and the word and items are the taker's to read and rewrite. The restart costs an
-    /// interrupt to that CPU, paid only when the pool would otherwise report `Exhausted`.
+    /// interrupt to that CPU if a thread of the process runs there (to every such CPU where the
+    /// kernel cannot target one), and each taking brings half a cache.
     #[cold]
     #[inline(never)]
     fn take_cached(&self, here: usize) -> Fifo<Frame> {
         let mut taken = Fifo::new();
-        let fullest = (0..self.caches.len())
+        let mut candidates: Vec<(usize, usize)> = (0..self.caches.len())
             .filter(|&cpu| cpu != here)
             .map(|cpu| (self.cached(cpu), cpu))
-            .max();
-        let Some((_, cpu)) = fullest.filter(|&(n, _)| n > 0) else {
-            return taken;
-        };
+            .filter(|&(n, _)| n > 0)
+            .collect();
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, cpu) in candidates {
+            self.take_from(cpu, &mut taken);
+            if !taken.is_empty() {
+                self.counters_at(here).takings.add(1);
+                break;
+            }
+        }
+        taken
+    }
+
+    /// Takes half of CPU `cpu`'s cache into `out` if it can hold the cache (see
+    /// [`take_cached`](Self::take_cached)).
+    fn take_from(&self, cpu: usize, out: &mut Fifo<Frame>) {
         let c = &self.caches[cpu];
         match self.mode {
             PerCpu::Rseq => {
@@ -523,10 +541,10 @@ impl PerCpuState {
                     .compare_exchange(0, TAKING, Ordering::SeqCst, Ordering::Relaxed)
                     .is_err()
                 {
-                    return taken;
+                    return;
                 }
                 if restart_sections_on(cpu as u32) {
-                    self.take_half(c, &mut taken);
+                    self.take_half(c, out);
                 }
                 // Release: the next section on this cache sees it as we left it.
                 c.flag.fetch_and(!TAKING, Ordering::Release);
@@ -538,34 +556,51 @@ impl PerCpuState {
                     .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_err()
                 {
-                    return taken;
+                    return;
                 }
                 // As in `run_locked`: `freeze` stores `dying` before it takes each lock.
                 if !self.dying.load(Ordering::Relaxed) {
-                    self.take_half(c, &mut taken);
+                    self.take_half(c, out);
                 }
                 c.lock.store(false, Ordering::Release);
             }
         }
-        if !taken.is_empty() {
-            self.counters_at(here).takings.add(1);
-        }
-        taken
     }
 
-    /// Moves the top half (rounded up) of cache `c` into `out`, oldest first. The caller holds
-    /// the cache: its try-lock, or its flag with every section on its CPU restarted since.
+    /// Moves the bottom half (rounded up) of cache `c` into `out`, oldest first, and the rest
+    /// down in its place. The caller holds the cache: its try-lock, or its flag with every
+    /// section on its CPU restarted since.
     fn take_half(&self, c: &CpuCache, out: &mut Fifo<Frame>) {
         let w = c.word.load(Ordering::Acquire);
         let n = (w as u32 as usize).min(self.cap);
         let k = n.div_ceil(2);
-        for item in &c.items[n - k..n] {
+        for item in &c.items[..k] {
             // SAFETY: a cache holds only metadata addresses of this pool's free frames, each
             // once, below its count; these leave it with the store below.
             out.push_back(unsafe { Frame::from_addr(item.load(Ordering::Relaxed)) });
         }
+        for i in k..n {
+            c.items[i - k].store(c.items[i].load(Ordering::Relaxed), Ordering::Relaxed);
+        }
         // Only the count changes: the reference share in the high half stays the CPU's.
         c.word.store(w - k as u64, Ordering::Relaxed);
+    }
+
+    /// Waits while a taker holds this CPU's cache (rseq pools; one `membarrier` at most) and
+    /// says whether the cache is worth another try: the thread has a cache in the table, and
+    /// the pool is not being frozen.
+    #[cold]
+    fn wait_untaken(&self) -> bool {
+        let Some(c) = self.cpu_now().and_then(|cpu| self.caches.get(cpu as usize)) else {
+            return false;
+        };
+        loop {
+            match c.flag.load(Ordering::Acquire) {
+                0 => return true,
+                TAKING => thread::yield_now(),
+                _ => return false,
+            }
+        }
     }
 
     /// One bulk pop on the current CPU's cache (rseq pools only): `Some((k, cpu))` with the
@@ -1071,42 +1106,51 @@ impl PoolInner {
     fn percpu_alloc_slow(&self) -> Option<Frame> {
         let pc = &self.percpu;
         let headroom = self.cfg.headroom;
-        match pc.run(None, Op::Pop(POP_ALLOC)) {
-            Res::Done(item, cpu) => {
-                // SAFETY: the caches hold only addresses of this pool's metadata entries.
-                let frame = unsafe { Frame::from_addr(item) };
-                if pc.slots[cpu as usize].is_pending() {
-                    self.drain_cpu(cpu as usize);
-                }
-                frame.init(home_stamp(cpu), headroom);
-                Some(frame)
-            }
-            Res::Refused(cpu) => {
-                let frame = self.refill(cpu as usize)?;
-                self.take_ref();
-                frame.init(home_stamp(cpu), headroom);
-                Some(frame)
-            }
-            Res::NotHere | Res::NoCache => {
-                pc.counters().shared.add(1);
-                if let Some(frame) = self.refill(usize::MAX) {
-                    self.acquire(1);
-                    frame.init(NO_HOME, headroom);
+        let mut waited = false;
+        loop {
+            match pc.run(None, Op::Pop(POP_ALLOC)) {
+                Res::Done(item, cpu) => {
+                    // SAFETY: the caches hold only addresses of this pool's metadata entries.
+                    let frame = unsafe { Frame::from_addr(item) };
+                    if pc.slots[cpu as usize].is_pending() {
+                        self.drain_cpu(cpu as usize);
+                    }
+                    frame.init(home_stamp(cpu), headroom);
                     return Some(frame);
                 }
-                // Shared sources dry: a locked cache whose try-lock we lost may still hold
-                // frames. Wait for its holder (preempted mid-operation) rather than fail.
-                if pc.mode != PerCpu::Locked {
-                    return None;
+                Res::Refused(cpu) => {
+                    let frame = self.refill(cpu as usize)?;
+                    self.take_ref();
+                    frame.init(home_stamp(cpu), headroom);
+                    return Some(frame);
                 }
-                match pc.run_locked(None, Op::Pop(POP_ALLOC), true) {
-                    Res::Done(item, cpu) => {
-                        // SAFETY: the caches hold only addresses of this pool's metadata.
-                        let frame = unsafe { Frame::from_addr(item) };
-                        frame.init(home_stamp(cpu), headroom);
-                        Some(frame)
+                Res::NotHere | Res::NoCache => {
+                    pc.counters().shared.add(1);
+                    if let Some(frame) = self.refill(usize::MAX) {
+                        self.acquire(1);
+                        frame.init(NO_HOME, headroom);
+                        return Some(frame);
                     }
-                    Res::Refused(_) | Res::NotHere | Res::NoCache => None,
+                    // Shared sources dry: this CPU's cache may still hold frames, out of reach
+                    // only for a moment. A locked cache whose try-lock we lost: wait for its
+                    // holder (preempted mid-operation) rather than fail.
+                    if pc.mode == PerCpu::Locked {
+                        return match pc.run_locked(None, Op::Pop(POP_ALLOC), true) {
+                            Res::Done(item, cpu) => {
+                                // SAFETY: the caches hold only addresses of this pool's metadata.
+                                let frame = unsafe { Frame::from_addr(item) };
+                                frame.init(home_stamp(cpu), headroom);
+                                Some(frame)
+                            }
+                            Res::Refused(_) | Res::NotHere | Res::NoCache => None,
+                        };
+                    }
+                    // An rseq cache another CPU's taker holds: wait for the taking to end, then
+                    // try once more.
+                    if waited || !pc.wait_untaken() {
+                        return None;
+                    }
+                    waited = true;
                 }
             }
         }

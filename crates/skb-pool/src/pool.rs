@@ -622,11 +622,11 @@ impl Pool {
     /// # Errors
     ///
     /// [`PoolError::Exhausted`] if no frame is free anywhere this CPU can reach: its cache, the
-    /// depot, every CPU's defer list and, last, the fullest other CPU's cache (half of it, at
-    /// the cost of one interrupt to that CPU in an rseq pool). Frames freed on another CPU that
-    /// wait there for their batch to fill are reached too, but in an rseq pool at most once a
-    /// millisecond (taking them interrupts every CPU): a caller that must not give up on those
-    /// uses [`alloc_wait`](Self::alloc_wait).
+    /// depot, every CPU's defer list and, last, the fullest other CPU's cache that no one else
+    /// is taking from (half of it, at the cost of an interrupt to that CPU in an rseq pool).
+    /// Frames freed on another CPU that wait there for their batch to fill are reached too, but
+    /// in an rseq pool at most once a millisecond (taking them interrupts every CPU): a caller
+    /// that must not give up on those uses [`alloc_wait`](Self::alloc_wait).
     #[inline(always)]
     pub fn alloc(&self) -> Result<Skb, PoolError> {
         let frame = self.inner().percpu_alloc().ok_or(PoolError::Exhausted)?;
