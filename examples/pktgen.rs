@@ -753,13 +753,14 @@ fn report(cell: &Cell, w: &Workload) {
     }
     if let Some(c) = &cell.per_cpu {
         println!(
-            "per-CPU ({:?}, refill order {:?}): aborts {} shared path {} refills {} exhausted {} \
-             drains {} flushes {} remote frees {} in {} sends",
+            "per-CPU ({:?}, refill order {:?}): aborts {} shared path {} refills {} cache takings \
+             {} exhausted {} drains {} flushes {} remote frees {} in {} sends",
             c.mode,
             c.refill_order,
             c.aborts,
             c.shared_path,
             c.refills,
+            c.cache_takings,
             c.exhausted,
             c.drains,
             c.flushes,

@@ -673,14 +673,16 @@ impl Pool {
     }
 
     /// [`alloc`](Self::alloc), waiting up to `timeout` for a frame to come back if the pool is
-    /// exhausted. There is no owner to wake here: it looks again every
-    /// [`PoolHandle::WAIT_NAP`] at most.
+    /// exhausted. There is no owner to wake here: it looks again after a nap that starts at
+    /// [`FIRST_NAP`](Self::FIRST_NAP) and doubles up to [`PoolHandle::WAIT_NAP`], so a frame
+    /// that comes back soon is seen soon, and a long wait costs a wakeup a millisecond.
     ///
     /// # Errors
     ///
     /// [`PoolError::Exhausted`] if no frame came back within `timeout`.
     pub fn alloc_wait(&self, timeout: std::time::Duration) -> Result<Skb, PoolError> {
         let deadline = std::time::Instant::now().checked_add(timeout);
+        let mut longest = Self::FIRST_NAP;
         loop {
             match self.alloc() {
                 Err(PoolError::Exhausted) => {}
@@ -690,12 +692,15 @@ impl Pool {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(PoolError::Exhausted);
             }
-            let nap = deadline.map_or(PoolHandle::WAIT_NAP, |d| {
-                (d - now).min(PoolHandle::WAIT_NAP)
-            });
+            let nap = deadline.map_or(longest, |d| (d - now).min(longest));
             crate::sync::park_timeout(nap);
+            longest = (longest * 2).min(PoolHandle::WAIT_NAP);
         }
     }
+
+    /// The first nap of [`alloc_wait`](Self::alloc_wait) (each next one twice as long, up to
+    /// [`PoolHandle::WAIT_NAP`]).
+    pub const FIRST_NAP: std::time::Duration = std::time::Duration::from_micros(16);
 
     /// The per-CPU implementation this pool got ([`PerCpu::Rseq`] or [`PerCpu::Locked`]).
     pub fn per_cpu(&self) -> PerCpu {
