@@ -12,8 +12,8 @@
 //!   ([`PerCpu::Locked`]). Remote frees are gathered per freeing CPU, up to `remote_batch`
 //!   frames for one home, and an allocator that finds everything else dry takes a partial
 //!   batch that no free will complete, so no thread has anything to flush; last, it takes half
-//!   the frames another CPU's cache holds (one interrupt to that CPU in an rseq pool), so a CPU
-//!   nobody runs on any more strands none either. Threads that share
+//!   the frames another CPU's cache holds (at most one interrupt to that CPU in an rseq pool),
+//!   so a CPU nobody runs on any more strands none either. Threads that share
 //!   a CPU's cache scramble the order frames circulate in; for a pipeline whose consumer reads
 //!   the frames on another core, [`RefillOrder::Address`] sorts every refill back into address
 //!   order, which the hardware prefetcher follows (see its docs for what it costs elsewhere).
