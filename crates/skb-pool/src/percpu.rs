@@ -26,7 +26,8 @@
 //!   frames per section;
 //! - [`PerCpu::Locked`]: the CPU from `sched_getcpu`, the cache behind a try-lock that is
 //!   uncontended unless its holder was preempted mid-operation; the thread that loses it takes
-//!   the shared path instead of waiting.
+//!   the shared path instead of waiting. A bulk call moves up to [`Pool::BULK`](crate::Pool::BULK)
+//!   frames per acquisition, and refills push what they bring with one.
 //!
 //! The shared path — a CPU number past the table (a CPU that came online later), a thread
 //! without an rseq area, a lost try-lock — takes frames from the shared sources and frees to the
@@ -62,9 +63,10 @@
 //! carries a bias while a [`Pool`](crate::Pool) value exists. When the last one goes,
 //! [`PerCpuState::freeze`](crate::percpu::PerCpuState::freeze) closes every cache (`dying` for
 //! the locked ones, checked under their lock; the flag byte `FROZEN` for the rseq ones, checked
-//! at every section's start), waits out every section in progress (`membarrier(PRIVATE_EXPEDITED_RSEQ)`
-//! restarts them; for the locked caches, taking each lock once), and folds the sum into the atomic
-//! count, which from then on counts every reference exactly. Only the sum matters, modulo 2^32: a
+//! at every section's start), waits out every section in progress
+//! (`membarrier(PRIVATE_EXPEDITED_RSEQ)` restarts them; for the locked caches, taking each lock
+//! once), and folds the sum into the atomic count, which from then on counts every reference
+//! exactly. Only the sum matters, modulo 2^32: a
 //! frame counted on one CPU and released on another, or atomically, is fine.
 //!
 //! This file must not touch the owner handles' caches or the per-owner free path.
@@ -603,11 +605,27 @@ impl PerCpuState {
         }
     }
 
-    /// One bulk pop on the current CPU's cache (rseq pools only): `Some((k, cpu))` with the
-    /// `k ≥ 1` items in `out[..k]`, each carrying a reference; `None` if nothing committed (an
-    /// abort is counted), and the caller allocates one frame the ordinary way.
+    /// One bulk pop on the current CPU's cache: `Some((k, cpu))` with the `k ≥ 1` items in
+    /// `out[..k]` (the top `k`, the top one last), each carrying a reference; `None` if nothing
+    /// committed (an abort is counted, a busy try-lock is not waited for), and the caller
+    /// allocates one frame the ordinary way.
     #[inline]
     fn try_pop_bulk(&self, out: &mut [usize]) -> Option<(usize, u32)> {
+        if self.mode == PerCpu::Locked {
+            if out.is_empty() {
+                return None;
+            }
+            let (k, cpu) = self.locked_bulk(None, |c, w| {
+                let count = w as u32 as usize;
+                let k = out.len().min(count);
+                for (o, item) in out.iter_mut().zip(&c.items[count - k..count]) {
+                    *o = item.load(Ordering::Relaxed);
+                }
+                let k64 = k as u64;
+                (w.wrapping_add(k64 * REF).wrapping_sub(k64), k)
+            })?;
+            return (k > 0).then_some((k, cpu));
+        }
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
         {
             use crate::rseq::{self, Status};
@@ -649,11 +667,26 @@ impl PerCpuState {
     }
 
     /// One bulk push of free frames onto the cache of the CPU the thread runs on (only if
-    /// that is `want`, when set; rseq pools only), each changing the word by `per`
-    /// ([`PUSH_FREE`] for frames that give back a reference, [`PUSH_SPARE`] for frames that
-    /// carry none): how many went (the first ones), 0 if none did.
+    /// that is `want`, when set), each changing the word by `per` ([`PUSH_FREE`] for frames
+    /// that give back a reference, [`PUSH_SPARE`] for frames that carry none): how many went
+    /// (the first ones, the last of them on top), 0 if none did (a busy try-lock is not waited
+    /// for).
     #[inline]
     fn try_push_bulk(&self, want: Option<u32>, items: &[usize], per: u64) -> usize {
+        if self.mode == PerCpu::Locked {
+            if items.is_empty() {
+                return 0;
+            }
+            let pushed = self.locked_bulk(want, |c, w| {
+                let count = w as u32 as usize;
+                let k = items.len().min(self.cap - count);
+                for (slot, &item) in c.items[count..count + k].iter().zip(items) {
+                    slot.store(item, Ordering::Relaxed);
+                }
+                (w.wrapping_add(per.wrapping_mul(k as u64)), k)
+            });
+            return pushed.map_or(0, |(k, _)| k);
+        }
         #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
         {
             use crate::rseq::{self, Status};
@@ -718,6 +751,41 @@ impl PerCpuState {
             return crate::rseq::area().map(crate::rseq::cpu);
         }
         current_cpu()
+    }
+
+    /// One bulk operation on the locked cache of the CPU the thread runs on (only if that is
+    /// `want`, when set): `op` gets the cache and its word and returns the word to commit and
+    /// its result. `None` if there is no cache for the thread, it is on another CPU, the
+    /// try-lock is busy (not waited for), or the pool is dying. After the commit the pool may
+    /// be gone (if it gave back the last references): nothing here touches it after the
+    /// unlock.
+    fn locked_bulk<R>(
+        &self,
+        want: Option<u32>,
+        op: impl FnOnce(&CpuCache, u64) -> (u64, R),
+    ) -> Option<(R, u32)> {
+        let cpu = current_cpu()?;
+        if want.is_some_and(|w| w != cpu) {
+            return None;
+        }
+        let c = self.caches.get(cpu as usize)?;
+        // Acquire: the previous holder's stack and word writes are visible.
+        if c.lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        // As in `run_locked`: `freeze` stores `dying` before it takes each lock.
+        if self.dying.load(Ordering::Relaxed) {
+            c.lock.store(false, Ordering::Release);
+            return None;
+        }
+        let (w, r) = op(c, c.word.load(Ordering::Relaxed));
+        c.word.store(w, Ordering::Relaxed);
+        // Release: the next holder (and `freeze`) sees our writes.
+        c.lock.store(false, Ordering::Release);
+        Some((r, cpu))
     }
 
     /// The locked section; with `wait`, a busy lock is waited for (yielding) instead of
@@ -917,9 +985,6 @@ impl PoolInner {
     /// home `home`, carrying one reference, and given up by the caller.
     #[inline]
     pub(crate) unsafe fn percpu_free_bulk(&self, home: u32, frames: &[usize]) -> usize {
-        if self.percpu.mode != PerCpu::Rseq {
-            return 0;
-        }
         for &f in frames {
             // SAFETY: the caller's contract: a frame of this pool.
             unsafe { Frame::from_addr(f) }.set_free();

@@ -481,8 +481,8 @@ impl Skb {
     /// Frees many frames at once, what a driver does with a batch it has sent (the kernel's
     /// bulk free of a completed list). Consecutive frames of one pool go in runs of up to
     /// [`Pool::BULK`](crate::Pool::BULK): per-CPU frames with the same home CPU back into its
-    /// cache with one critical section when the thread runs there
-    /// ([`PerCpu::Rseq`](crate::PerCpu::Rseq)), else into this CPU's outgoing batch with one
+    /// cache with one critical section when the thread runs there (one rseq section, or one
+    /// acquisition of the cache's try-lock), else into this CPU's outgoing batch with one
     /// lock per batch and their references given back together; handle frames through this
     /// thread's handle, looked up once a run. Frames of the shared path are dropped as usual.
     ///
