@@ -430,6 +430,46 @@ fn percpu_taking_from_a_cache_races_its_cpu() {
     });
 }
 
+/// Two takers at once: CPU 1's cache holds a frame and nobody runs there; allocations on CPU 0
+/// and CPU 2, with every other source dry, both try to take it (the try-lock lets one in at a
+/// time; the other finds it held, or empty, and reports `Exhausted`). No frame is handed out
+/// twice or lost (without the try-lock the model loses one), and after the join every frame is
+/// reachable from CPU 0.
+#[test]
+fn percpu_two_takers_race_for_one_cache() {
+    loom::model(|| {
+        // 8 frames on 3 CPUs: caches of one frame (8 / 6).
+        let pool = Pool::builder()
+            .frame_count(8)
+            .defer_max(DEFER_MAX)
+            .max_owners(1)
+            .cache_max(4)
+            .cpus(3)
+            .per_cpu(skb_pool::PerCpu::Locked)
+            .build()
+            .unwrap();
+        skb_pool::loom_set_cpu(1);
+        let x = pool.alloc().unwrap();
+        skb_pool::loom_set_cpu(0);
+        let mut held: Vec<Skb> = (0..7).map(|_| pool.alloc().unwrap()).collect();
+        // CPU 1's cache holds x; every other source is dry.
+        skb_pool::loom_set_cpu(1);
+        drop(x);
+        assert_eq!(pool.per_cpu_stats().cpus[1].cached, 1);
+        let spawn = |cpu: u32| {
+            let pool = pool.clone();
+            thread::spawn(move || {
+                skb_pool::loom_set_cpu(cpu);
+                pool.alloc().ok()
+            })
+        };
+        let (a, b) = (spawn(0), spawn(2));
+        held.extend(a.join().unwrap());
+        held.extend(b.join().unwrap());
+        assert_all_reachable_from(&pool, 0, &held);
+    });
+}
+
 /// A wake callback holding a token: the pool drops the callback (and the token's clone) when
 /// it is freed, so the token's count says whether it was.
 fn freed_token() -> (LoomArc<()>, skb_pool::Wake) {
