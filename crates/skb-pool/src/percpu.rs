@@ -552,19 +552,12 @@ impl PerCpuState {
                 c.flag.fetch_and(!TAKING, Ordering::Release);
             }
             PerCpu::Locked | PerCpu::Auto => {
-                // Acquire: the last holder's writes are visible; a holder (preempted
-                // mid-operation, or running there now) is not waited for.
-                if c.lock
-                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                    .is_err()
-                {
-                    return;
-                }
-                // As in `run_locked`: `freeze` stores `dying` before it takes each lock.
-                if !self.dying.load(Ordering::Relaxed) {
+                // A holder (preempted mid-operation, or running there now) is not waited for.
+                if self.lock_cache(c, false) {
                     self.take_half(c, out);
+                    // Release: the cache's next holder sees it as we left it.
+                    c.lock.store(false, Ordering::Release);
                 }
-                c.lock.store(false, Ordering::Release);
             }
         }
     }
@@ -753,53 +746,38 @@ impl PerCpuState {
         current_cpu()
     }
 
-    /// One bulk operation on the locked cache of the CPU the thread runs on (only if that is
-    /// `want`, when set): `op` gets the cache and its word and returns the word to commit and
-    /// its result. `None` if there is no cache for the thread, it is on another CPU, the
-    /// try-lock is busy (not waited for), or the pool is dying. After the commit the pool may
-    /// be gone (if it gave back the last references): nothing here touches it after the
-    /// unlock.
-    fn locked_bulk<R>(
+    /// Runs `op` on the locked cache of the CPU the thread runs on (only if that is `want`,
+    /// when set; `Err(NotHere)` else): `op` gets the cache and its word and returns the word to
+    /// commit (`None`: leave it) and its result, with the CPU. `Err(NoCache)` if there is no
+    /// cache for the thread, the try-lock is busy and `wait` is not set (with `wait` it is
+    /// waited for, yielding), or the pool is dying. After the commit the pool may be gone (if
+    /// it gave back the last references): nothing here touches it after the unlock.
+    fn with_locked<R>(
         &self,
         want: Option<u32>,
-        op: impl FnOnce(&CpuCache, u64) -> (u64, R),
-    ) -> Option<(R, u32)> {
-        let cpu = current_cpu()?;
+        wait: bool,
+        op: impl FnOnce(&CpuCache, u64) -> (Option<u64>, R),
+    ) -> Result<(R, u32), Res> {
+        let cpu = current_cpu().ok_or(Res::NoCache)?;
         if want.is_some_and(|w| w != cpu) {
-            return None;
+            return Err(Res::NotHere);
         }
-        let c = self.caches.get(cpu as usize)?;
-        // Acquire: the previous holder's stack and word writes are visible.
-        if c.lock
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return None;
-        }
-        // As in `run_locked`: `freeze` stores `dying` before it takes each lock.
-        if self.dying.load(Ordering::Relaxed) {
-            c.lock.store(false, Ordering::Release);
-            return None;
+        let c = self.caches.get(cpu as usize).ok_or(Res::NoCache)?;
+        if !self.lock_cache(c, wait) {
+            return Err(Res::NoCache);
         }
         let (w, r) = op(c, c.word.load(Ordering::Relaxed));
-        c.word.store(w, Ordering::Relaxed);
+        if let Some(w) = w {
+            c.word.store(w, Ordering::Relaxed);
+        }
         // Release: the next holder (and `freeze`) sees our writes.
         c.lock.store(false, Ordering::Release);
-        Some((r, cpu))
+        Ok((r, cpu))
     }
 
-    /// The locked section; with `wait`, a busy lock is waited for (yielding) instead of
-    /// refused.
-    fn run_locked(&self, want: Option<u32>, op: Op, wait: bool) -> Res {
-        let Some(cpu) = current_cpu() else {
-            return Res::NoCache;
-        };
-        if want.is_some_and(|w| w != cpu) {
-            return Res::NotHere;
-        }
-        let Some(c) = self.caches.get(cpu as usize) else {
-            return Res::NoCache;
-        };
+    /// Takes cache `c`'s try-lock (waiting for it, yielding, if `wait`) unless the pool is
+    /// dying; `false` if it did not (then the lock is not held).
+    fn lock_cache(&self, c: &CpuCache, wait: bool) -> bool {
         // Acquire: the previous holder's stack and word writes are visible.
         while c
             .lock
@@ -807,39 +785,58 @@ impl PerCpuState {
             .is_err()
         {
             if !wait {
-                return Res::NoCache;
+                return false;
             }
             thread::yield_now();
         }
-        // Relaxed: `freeze` stores `dying` before it takes this lock, so a holder that took the
+        // Relaxed: `freeze` stores `dying` before it takes each lock, so a holder that took the
         // lock after it sees the flag, and one that took it before is waited for.
         if self.dying.load(Ordering::Relaxed) {
             c.lock.store(false, Ordering::Release);
-            return Res::NoCache;
+            return false;
         }
-        let w = c.word.load(Ordering::Relaxed);
-        let count = w as u32 as usize;
-        let res = match op {
-            Op::Pop(d) if count > 0 => {
-                let item = c.items[count - 1].load(Ordering::Relaxed);
-                c.word.store(w.wrapping_add(d), Ordering::Relaxed);
-                Res::Done(item, cpu)
+        true
+    }
+
+    /// One bulk operation on the locked cache of the CPU the thread runs on (see
+    /// [`with_locked`](Self::with_locked); a busy try-lock is not waited for): `op` returns the
+    /// word to commit and its result.
+    fn locked_bulk<R>(
+        &self,
+        want: Option<u32>,
+        op: impl FnOnce(&CpuCache, u64) -> (u64, R),
+    ) -> Option<(R, u32)> {
+        self.with_locked(want, false, |c, w| {
+            let (w, r) = op(c, w);
+            (Some(w), r)
+        })
+        .ok()
+    }
+
+    /// The locked section; with `wait`, a busy lock is waited for (yielding) instead of
+    /// refused.
+    fn run_locked(&self, want: Option<u32>, op: Op, wait: bool) -> Res {
+        let cap = self.cap;
+        let done = self.with_locked(want, wait, |c, w| {
+            let count = w as u32 as usize;
+            match op {
+                Op::Pop(d) if count > 0 => (
+                    Some(w.wrapping_add(d)),
+                    Some(c.items[count - 1].load(Ordering::Relaxed)),
+                ),
+                Op::Push(it, d) if count < cap => {
+                    c.items[count].store(it, Ordering::Relaxed);
+                    (Some(w.wrapping_add(d)), Some(0))
+                }
+                Op::Add(d) => (Some(w.wrapping_add(d)), Some(0)),
+                Op::Pop(_) | Op::Push(..) => (None, None),
             }
-            Op::Push(it, d) if count < self.cap => {
-                c.items[count].store(it, Ordering::Relaxed);
-                c.word.store(w.wrapping_add(d), Ordering::Relaxed);
-                Res::Done(0, cpu)
-            }
-            Op::Add(d) => {
-                c.word.store(w.wrapping_add(d), Ordering::Relaxed);
-                Res::Done(0, cpu)
-            }
-            Op::Pop(_) | Op::Push(..) => Res::Refused(cpu),
-        };
-        // Release: the next holder (and `freeze`) sees our writes. After this store the pool
-        // may be freed (if this dropped the last reference): nothing below touches it.
-        c.lock.store(false, Ordering::Release);
-        res
+        });
+        match done {
+            Ok((Some(item), cpu)) => Res::Done(item, cpu),
+            Ok((None, cpu)) => Res::Refused(cpu),
+            Err(res) => res,
+        }
     }
 
     /// Freezes the per-CPU reference shares (the last `Pool` value is gone) and returns their
