@@ -635,9 +635,9 @@ impl Pool {
     }
 
     /// Allocates up to `n` frames into `out`, as [`alloc`](Self::alloc) would one by one;
-    /// returns how many (fewer than `n` only when the pool is exhausted). With
-    /// [`PerCpu::Rseq`] it takes up to [`BULK`](Self::BULK) frames from the CPU's cache per
-    /// critical section.
+    /// returns how many (fewer than `n` only when the pool is exhausted). It takes up to
+    /// [`BULK`](Self::BULK) frames from the CPU's cache per critical section (one rseq section
+    /// with [`PerCpu::Rseq`], one acquisition of the cache's try-lock with [`PerCpu::Locked`]).
     pub fn alloc_bulk<E: Extend<Skb>>(&self, n: usize, out: &mut E) -> usize {
         let inner = self.inner();
         let mut got = 0;
