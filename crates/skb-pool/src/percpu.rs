@@ -27,7 +27,7 @@
 //! - [`PerCpu::Locked`]: the CPU from `sched_getcpu`, the cache behind a try-lock that is
 //!   uncontended unless its holder was preempted mid-operation; the thread that loses it takes
 //!   the shared path instead of waiting. A bulk call moves up to [`Pool::BULK`](crate::Pool::BULK)
-//!   frames per acquisition, and refills push what they bring with one.
+//!   frames per acquisition, as a refill or a kicked drain moves each batch it brings.
 //!
 //! The shared path — a CPU number past the table (a CPU that came online later), a thread
 //! without an rseq area, a lost try-lock — takes frames from the shared sources and frees to the
@@ -672,7 +672,7 @@ impl PerCpuState {
             }
             let pushed = self.locked_bulk(want, |c, w| {
                 let count = w as u32 as usize;
-                let k = items.len().min(self.cap - count);
+                let k = items.len().min(self.cap.saturating_sub(count));
                 for (slot, &item) in c.items[count..count + k].iter().zip(items) {
                     slot.store(item, Ordering::Relaxed);
                 }
@@ -953,7 +953,7 @@ impl PoolInner {
     /// `Pool::alloc_bulk`'s fast path: up to `out.len()` frames from this CPU's cache with one
     /// critical section, each stamped, in use and carrying one pool reference, their metadata
     /// addresses in `out[..k]`; returns `k`, 0 when the caller must allocate one frame the
-    /// ordinary way (a `Locked` pool, an empty cache, an abort).
+    /// ordinary way (an empty cache, a busy try-lock, an abort).
     #[inline]
     pub(crate) fn percpu_alloc_bulk(&self, out: &mut [usize]) -> usize {
         let pc = &self.percpu;
@@ -986,7 +986,8 @@ impl PoolInner {
             // SAFETY: the caller's contract: a frame of this pool.
             unsafe { Frame::from_addr(f) }.set_free();
         }
-        // The references go with the commit; the caller's own `Pool` keeps the pool alive.
+        // The references go with the commit; the frames not pushed keep the pool alive, and if
+        // all went, nothing touches it after the commit.
         self.percpu.try_push_bulk(Some(home), frames, PUSH_FREE)
     }
 
@@ -1042,6 +1043,8 @@ impl PoolInner {
                 return 0;
             }
             None if pc.mode == PerCpu::Rseq => return 0,
+            // A locked cache that was empty, or whose try-lock was busy: one by one, waiting
+            // for nothing.
             None => {}
         }
         let mut k = 0;
@@ -1285,7 +1288,8 @@ impl PoolInner {
 
     /// Puts free frames (carrying no references, oldest first) into this CPU's cache so that
     /// it hands them out in that order: the oldest `LIFT_MAX` (at most a cache) pushed newest
-    /// first, with one critical section in an rseq pool; the newer rest, and what does not
+    /// first, with one critical section (or one acquisition of a locked cache); the newer rest,
+    /// and what does not
     /// fit, to the depot in order. (Pushed as they come, a cache would hand each refill out
     /// newest first, and the circulation would stay reversed from then on.)
     fn stash_oldest_on_top(&self, mut frames: Fifo<Frame>) {
@@ -1321,8 +1325,8 @@ impl PoolInner {
 
     /// Puts the frames of the packed batch at `head` (free, carrying no references) into this
     /// CPU's cache so that it hands them out in the order they were freed (the oldest on top),
-    /// but the oldest one if `keep_last`, which it returns; in an rseq pool with one critical
-    /// section per batch, else (and for what does not fit) through [`stash`].
+    /// but the oldest one if `keep_last`, which it returns; with one critical section (or one
+    /// acquisition of a locked cache) per batch, and what does not fit through [`stash`].
     ///
     /// # Safety
     ///
@@ -1341,8 +1345,8 @@ impl PoolInner {
 
     /// Pushes the free frames at `addrs` (carrying no references, at least one) onto this
     /// CPU's cache in that order, the last on top, but the last one if `keep_last`, which it
-    /// returns; in an rseq pool with one critical section, else (and for what does not fit)
-    /// through [`stash`](Self::stash).
+    /// returns; with one critical section (or one acquisition of a locked cache), and what does
+    /// not fit through [`stash`](Self::stash).
     ///
     /// # Safety
     ///
