@@ -248,6 +248,15 @@ fn percpu_pool_ordered(
     .unwrap()
 }
 
+/// One allocation on simulated CPU `cpu`, in a thread of its own.
+fn alloc_on(pool: &Pool, cpu: u32) -> thread::JoinHandle<Option<Skb>> {
+    let pool = pool.clone();
+    thread::spawn(move || {
+        skb_pool::loom_set_cpu(cpu);
+        pool.alloc().ok()
+    })
+}
+
 /// From CPU `cpu`, allocates until the pool is exhausted; with the frames `held` elsewhere,
 /// every frame must be seen exactly once.
 fn assert_all_reachable_from(pool: &Pool, cpu: u32, held: &[Skb]) {
@@ -456,14 +465,7 @@ fn percpu_two_takers_race_for_one_cache() {
         skb_pool::loom_set_cpu(1);
         drop(x);
         assert_eq!(pool.per_cpu_stats().cpus[1].cached, 1);
-        let spawn = |cpu: u32| {
-            let pool = pool.clone();
-            thread::spawn(move || {
-                skb_pool::loom_set_cpu(cpu);
-                pool.alloc().ok()
-            })
-        };
-        let (a, b) = (spawn(0), spawn(2));
+        let (a, b) = (alloc_on(&pool, 0), alloc_on(&pool, 2));
         held.extend(a.join().unwrap());
         held.extend(b.join().unwrap());
         assert_all_reachable_from(&pool, 0, &held);
@@ -565,14 +567,7 @@ fn drain_bigger_than_the_cache_races_a_probe(order: RefillOrder) {
         // Two batches of two go home to CPU 0 (4 deferred: no kick, 4 is not past half of 8).
         skb_pool::loom_set_cpu(1);
         drop(skbs);
-        let spawn = |cpu: u32| {
-            let pool = pool.clone();
-            thread::spawn(move || {
-                skb_pool::loom_set_cpu(cpu);
-                pool.alloc().ok()
-            })
-        };
-        let (a, b) = (spawn(0), spawn(1));
+        let (a, b) = (alloc_on(&pool, 0), alloc_on(&pool, 1));
         let held: Vec<Skb> = [a.join().unwrap(), b.join().unwrap()]
             .into_iter()
             .flatten()
