@@ -428,11 +428,7 @@ fn percpu_taking_from_a_cache_races_its_cpu() {
             skb_pool::loom_set_cpu(1);
             drop(p1.alloc().ok());
         });
-        let p0 = pool.clone();
-        let b = thread::spawn(move || {
-            skb_pool::loom_set_cpu(0);
-            p0.alloc().ok()
-        });
+        let b = alloc_on(&pool, 0);
         a.join().unwrap();
         held.extend(b.join().unwrap());
         assert_all_reachable_from(&pool, 0, &held);
@@ -529,11 +525,7 @@ fn percpu_partial_outgoing_batch_is_not_stranded() {
             skb_pool::loom_set_cpu(0);
             drop(one);
         });
-        let p2 = pool.clone();
-        let a = thread::spawn(move || {
-            skb_pool::loom_set_cpu(1);
-            p2.alloc().ok()
-        });
+        let a = alloc_on(&pool, 1);
         t.join().unwrap();
         skbs.extend(a.join().unwrap());
         let st = pool.per_cpu_stats();
