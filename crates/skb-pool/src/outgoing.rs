@@ -14,7 +14,7 @@
 //! A full batch leaves packed (`packed.rs`): its addresses are already in hand here, so the
 //! home CPU learns them from a few lines instead of walking a chain of frames.
 //!
-//! This file owns the batch only; where its frames go is `percpu.rs`'s business.
+//! This file owns the batch only; where its frames go is the business of `percpu/`.
 
 use llist_defer::Fifo;
 

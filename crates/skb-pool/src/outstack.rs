@@ -31,7 +31,7 @@
 //! the caches'.
 //!
 //! This file owns the stacks' memory and the taker's protocol; the sections are `rseq.rs`'s, and
-//! where the frames go is `percpu.rs`'s business.
+//! where the frames go is the business of `percpu/`.
 
 use crossbeam_utils::CachePadded;
 use llist_defer::Fifo;
@@ -46,7 +46,7 @@ pub(crate) const MAX_STACK_CPUS: usize = 32;
 /// At most one taking per this long (see the module docs).
 pub(crate) const TAKE_EVERY: Duration = Duration::from_millis(1);
 
-/// A taker holds the stack (or, in `percpu.rs`, the cache).
+/// A taker holds the stack (or, in `percpu/take.rs`, the cache).
 pub(crate) const TAKING: u8 = 1;
 /// The pool is frozen: the stack (or cache) is closed for good.
 pub(crate) const FROZEN: u8 = 2;

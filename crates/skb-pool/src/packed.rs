@@ -14,11 +14,11 @@
 //!
 //! The defer lists hold packed heads, the per-CPU ones and the owner slots' (a handle's batch
 //! is packed by `OwnerSlot::defer`); everything else (the overflow list, the depot, the caches)
-//! holds plain frames. Every place that takes a defer list unpacks (`percpu.rs`, `handle.rs`),
-//! and a packed batch bound for the overflow list is unpacked first. A handle's drain hands its
-//! frames out in the order they were freed (`unpack_oldest_first` gives that order), as the
-//! per-CPU caches do: frames circulate in the order they left, at the stride the hardware
-//! prefetcher follows.
+//! holds plain frames. Every place that takes a defer list unpacks (`percpu/refill.rs`,
+//! `handle.rs`), and a packed batch bound for the overflow list is unpacked first. A handle's
+//! drain hands its frames out in the order they were freed (`unpack_oldest_first` gives that
+//! order), as the per-CPU caches do: frames circulate in the order they left, at the stride the
+//! hardware prefetcher follows.
 //!
 //! This file owns the layout of a packed batch only; it must not touch a frame's state word,
 //! and writes links only where it hands a batch's frames out as a plain list (`unpack_into`,

@@ -3,7 +3,7 @@
 //!
 //! Free frames live in nine places: an owner's cache (touched without atomics), an owner's
 //! defer list (remote frees, `skb_attempt_defer_free`), a freeing thread's unflushed batch, a
-//! CPU's cache and a CPU's defer list (`percpu.rs`), a CPU's outgoing batch of remote frees
+//! CPU's cache and a CPU's defer list (`percpu/`), a CPU's outgoing batch of remote frees
 //! (`outgoing.rs`) or its outgoing stack for one home CPU (`outstack.rs`), the shared overflow list (remote frees over `defer_max`), and the depot
 //! (batches of frames not yet handed to any owner or CPU, or given back by an owner whose cache
 //! grew past `cache_max` or that was dropped, or by a full CPU cache). The depot is a mutex-guarded stack of whole batches, as page_pool's ring is
@@ -17,7 +17,7 @@
 //! Handles buy frame references in blocks and keep the change, and a frame freed through a
 //! handle leaves its reference with that handle, so the count is touched about once per
 //! thousand frames, not per frame. Per-CPU frames count their references in their CPUs' words
-//! instead, folded into `refs` when the last `Pool` value goes (see `percpu.rs`); from then on
+//! instead, folded into `refs` when the last `Pool` value goes (see `percpu/mod.rs`); from then on
 //! `refs` is exact and the pool goes with its last frame. Frames handed to the kernel keep the
 //! pool — and so the UMEM — alive until they come back.
 
@@ -39,7 +39,7 @@ use crate::sync::{AtomicUsize, Mutex, Ordering, fence};
 
 /// The atomic reference count's bias while a [`Pool`] value exists: per-CPU frames are counted
 /// in the CPUs' words, so the atomic count alone may fall below its true value (see
-/// `percpu.rs`); the bias keeps it from reaching zero until the shares are folded in.
+/// `percpu/mod.rs`); the bias keeps it from reaching zero until the shares are folded in.
 const BIAS: usize = 1 << (usize::BITS - 2);
 
 /// Smallest frame size: 2048 (an AF_XDP chunk must be at least that).

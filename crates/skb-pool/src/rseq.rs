@@ -4,7 +4,7 @@
 //!
 //! This file owns nothing of the pool: it knows a per-CPU word (`count | ref delta`), an item
 //! array and a flag byte, and commits one store to the word. What the word means is
-//! `percpu.rs`'s business. Under `--cfg lockless_loom` and on other architectures the critical
+//! the business of `percpu/`. Under `--cfg lockless_loom` and on other architectures the critical
 //! sections are compiled out ([`SUPPORTED`](crate::rseq::SUPPORTED) is `false`) and pools fall back to
 //! `PerCpu::Locked`.
 //!

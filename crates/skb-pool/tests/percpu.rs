@@ -231,7 +231,7 @@ fn frames_sent_home_come_back_in_the_order_they_were_freed() {
         // The next allocation on CPU 0 notices the kick and drains the list into the cache,
         // beneath the frames the cache still holds (81 of the refill's 129); the cache hands
         // the drained frames out oldest free first, so the pool's circulation keeps the order
-        // frames were handed out in (percpu.rs, `refill`). A LIFO refill would hand them out
+        // frames were handed out in (percpu/refill.rs, `refill`). A LIFO refill would hand them out
         // newest first.
         assert_eq!(handed_out_again(&pool, 160, &freed), freed, "{mode:?}");
         assert_eq!(pool.stats().free, 1024, "{mode:?}");
