@@ -1,11 +1,12 @@
 //! The transmit path allocates nothing per packet in steady state (DESIGN: "intrusive,
 //! allocation-free hot path"): pool frames, `xmit` and `xmit_bulk` through the defer list, a
 //! pfifo deep enough to need its ring grown once, the run loop and the driver, and every frame
-//! back home. A counting global allocator watches this thread's allocation calls.
+//! back home; and the per-CPU pool's allocation slow path, down to a cache taking, allocates
+//! nothing either. A counting global allocator watches this thread's allocation calls.
 
 use lockless_xmit::alloc_count::{CountingAlloc, thread_allocs};
 use qdisc::{NullDriver, Pfifo, Strategy, TxQueue, Verdict};
-use skb_pool::{Pool, PoolHandle, Skb};
+use skb_pool::{PerCpu, Pool, PoolHandle, Skb};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -70,5 +71,81 @@ fn steady_state_transmit_allocates_nothing() {
         assert_eq!(st.dropped(), 0);
         drop(q);
         assert_eq!(pool.stats().free, 4096, "every frame back home");
+    }
+}
+
+/// Pins the calling thread to `cpu`; `false` if the affinity mask does not allow it.
+fn pin(cpu: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes a bit below its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above, `cpu` is checked against the set's size first.
+    unsafe {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return false;
+        }
+        libc::CPU_SET(cpu, &mut set);
+    }
+    // SAFETY: pid 0 is the calling thread; the size is the set's.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
+}
+
+/// The per-CPU allocation slow path allocates nothing either, down to its last source: a
+/// thread on CPU 0 takes every frame of the pool, its refills coming from the depot and, last,
+/// from the cache of CPU 1, where another thread left frames (a cache taking).
+#[test]
+fn per_cpu_refills_and_cache_takings_allocate_nothing() {
+    const FRAMES: usize = 64;
+    let mut modes = vec![PerCpu::Locked];
+    if skb_pool::rseq::SUPPORTED {
+        modes.push(PerCpu::Rseq);
+    }
+    for mode in modes {
+        let pool = Pool::builder()
+            .frame_count(FRAMES)
+            .per_cpu(mode)
+            .cpus(2)
+            .build()
+            .unwrap();
+        let left = std::thread::scope(|s| {
+            s.spawn(|| {
+                if !pin(1) {
+                    return false;
+                }
+                let skbs: Vec<Skb> = (0..16).map(|_| pool.alloc().unwrap()).collect();
+                drop(skbs);
+                true
+            })
+            .join()
+            .unwrap()
+        });
+        if !left {
+            eprintln!("SKIPPED: CPU 1 is not in this process's affinity mask");
+            return;
+        }
+        let left_cached = pool.per_cpu_stats().cpus[1].cached;
+        assert!(left_cached > 0, "{mode:?}: CPU 1 keeps frames in its cache");
+        let (got, allocs) = std::thread::scope(|s| {
+            s.spawn(|| {
+                assert!(pin(0), "CPU 0 is in the mask when CPU 1 is");
+                let mut got: Vec<Skb> = Vec::with_capacity(FRAMES);
+                let before = thread_allocs();
+                while let Ok(skb) = pool.alloc() {
+                    got.push(skb);
+                }
+                let allocs = thread_allocs() - before;
+                (got, allocs)
+            })
+            .join()
+            .unwrap()
+        });
+        let stats = pool.per_cpu_stats();
+        assert_eq!(got.len(), FRAMES, "{mode:?}: {stats:?}");
+        assert!(stats.cache_takings >= 1, "{mode:?}: {stats:?}");
+        assert_eq!(
+            allocs, 0,
+            "{mode:?}: heap allocations taking {FRAMES} frames"
+        );
+        drop(got);
+        assert_eq!(pool.stats().free, FRAMES, "{mode:?}");
     }
 }

@@ -14,7 +14,7 @@ use crate::sync::{Ordering, thread};
 
 impl PerCpuState {
     /// Takes half the frames (rounded up) of the fullest cache of a CPU other than `here` that
-    /// it can hold (fullest first, by a snapshot of their counts), for a refill that found every
+    /// it can hold (fullest first, by their counts as read), for a refill that found every
     /// other source dry: the frames a CPU's cache holds are otherwise handed out only on that
     /// CPU, and a CPU nobody runs on any more would keep them for good. The oldest half goes
     /// (the bottom of the stack: the frames that CPU would hand out last, and the coldest
@@ -33,18 +33,23 @@ impl PerCpuState {
     #[inline(never)]
     pub(super) fn take_cached(&self, here: usize) -> Fifo<Frame> {
         let mut taken = Fifo::new();
-        let mut candidates: Vec<(usize, usize)> = (0..self.caches.len())
-            .filter(|&cpu| cpu != here)
-            .map(|cpu| (self.cached(cpu), cpu))
-            .filter(|&(n, _)| n > 0)
-            .collect();
-        candidates.sort_unstable_by(|a, b| b.cmp(a));
-        for (_, cpu) in candidates {
-            self.take_from(cpu, &mut taken);
+        // Fullest first without a list on the heap (this runs in the allocator's slow path):
+        // each pass picks the largest (count, CPU) below the one tried last. Counts are read
+        // afresh each pass, so a CPU may come up twice; the passes are bounded.
+        let mut last: Option<(usize, usize)> = None;
+        for _ in 0..self.caches.len() {
+            let next = (0..self.caches.len())
+                .filter(|&cpu| cpu != here)
+                .map(|cpu| (self.cached(cpu), cpu))
+                .filter(|&k| k.0 > 0 && last.is_none_or(|l| k < l))
+                .max();
+            let Some(k) = next else { break };
+            self.take_from(k.1, &mut taken);
             if !taken.is_empty() {
                 self.counters_at(here).takings.add(1);
                 break;
             }
+            last = Some(k);
         }
         taken
     }
