@@ -42,6 +42,8 @@ use std::time::{Duration, Instant};
 
 /// Pools on more CPUs than this keep the lock-based outgoing batches (`outgoing.rs`).
 pub(crate) const MAX_STACK_CPUS: usize = 32;
+/// Words of a taking's bitmap of the stacks it holds (one bit a stack).
+const HELD_WORDS: usize = (MAX_STACK_CPUS * MAX_STACK_CPUS).div_ceil(64);
 
 /// At most one taking per this long (see the module docs).
 pub(crate) const TAKE_EVERY: Duration = Duration::from_millis(1);
@@ -192,8 +194,10 @@ impl OutStacks {
         {
             return taken;
         }
-        let mut held: Vec<&Stack> = Vec::new();
-        for s in self.stacks.iter() {
+        // The stacks this taking flagged, one bit each (no list on the heap in the allocator's
+        // slow path): at most `MAX_STACK_CPUS`² stacks.
+        let mut held = [0u64; HELD_WORDS];
+        for (i, s) in self.stacks.iter().enumerate() {
             if s.word.load(Ordering::Relaxed) as u32 == 0 {
                 continue;
             }
@@ -203,14 +207,21 @@ impl OutStacks {
                 .compare_exchange(0, TAKING, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
             {
-                held.push(s);
+                held[i / 64] |= 1 << (i % 64);
             }
         }
-        if held.is_empty() {
+        if held.iter().all(|&w| w == 0) {
             return taken;
         }
+        let held = || {
+            held.iter().enumerate().flat_map(|(w, &bits)| {
+                (0..64)
+                    .filter(move |b| bits & (1 << b) != 0)
+                    .map(move |b| &*self.stacks[w * 64 + b])
+            })
+        };
         if restart() {
-            for s in &held {
+            for s in held() {
                 // No section commits on a flagged stack once the restart returned: its word and
                 // items are ours until the flag is cleared.
                 let w = s.word.load(Ordering::Acquire);
@@ -224,7 +235,7 @@ impl OutStacks {
                 s.word.store(w - n as u64, Ordering::Relaxed);
             }
         }
-        for s in held {
+        for s in held() {
             // Release: the next section on this stack sees it as we left it.
             s.flag.fetch_and(!TAKING, Ordering::Release);
         }
