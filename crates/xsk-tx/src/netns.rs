@@ -239,6 +239,66 @@ impl NetNs {
         let value = value.to_owned();
         self.run(move || std::fs::write(path, value))?
     }
+
+    /// The kernel's own drop counters in this namespace, read from `/proc/net/snmp` and
+    /// `/proc/net/dev` as seen from inside it: where a datagram sent into it and not received
+    /// went.
+    pub fn kernel_drops(&self) -> io::Result<KernelDrops> {
+        self.run(|| {
+            let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp")?;
+            let dev = std::fs::read_to_string("/proc/thread-self/net/dev")?;
+            KernelDrops::parse(&snmp, &dev).ok_or_else(|| {
+                io::Error::other("unexpected layout of /proc/net/snmp or /proc/net/dev")
+            })
+        })?
+    }
+}
+
+/// A namespace's kernel drop counters ([`NetNs::kernel_drops`]); each is a count of packets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelDrops {
+    /// UDP datagrams dropped because the receiving socket's buffer was full
+    /// (`UDP_MIB_RCVBUFERRORS`, `Udp: RcvbufErrors`).
+    pub udp_rcvbuf_errors: u64,
+    /// UDP datagrams dropped for any reason at delivery (`Udp: InErrors`, which includes
+    /// `RcvbufErrors`).
+    pub udp_in_errors: u64,
+    /// Packets the namespace's interfaces dropped on receive (the `drop` column of
+    /// `/proc/net/dev`, summed: a full backlog queue, for a veth end).
+    pub rx_dropped: u64,
+    /// Packets the namespace's interfaces dropped on transmit.
+    pub tx_dropped: u64,
+}
+
+impl KernelDrops {
+    fn parse(snmp: &str, dev: &str) -> Option<KernelDrops> {
+        // `Udp:` comes as a header line of names and a line of values.
+        let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+        let (names, values) = (udp.next()?, udp.next()?);
+        let field = |name: &str| -> Option<u64> {
+            let i = names.split_whitespace().position(|n| n == name)?;
+            values.split_whitespace().nth(i)?.parse().ok()
+        };
+        let (mut rx_dropped, mut tx_dropped) = (0, 0);
+        // Two header lines, then `name: rx bytes packets errs drop ... tx bytes packets errs
+        // drop ...` (8 receive columns, then 8 transmit).
+        for line in dev.lines().skip(2) {
+            let (_, cols) = line.split_once(':')?;
+            let cols: Vec<u64> = cols
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .ok()?;
+            rx_dropped += cols.get(3)?;
+            tx_dropped += cols.get(11)?;
+        }
+        Some(KernelDrops {
+            udp_rcvbuf_errors: field("RcvbufErrors")?,
+            udp_in_errors: field("InErrors")?,
+            rx_dropped,
+            tx_dropped,
+        })
+    }
 }
 
 impl Drop for NetNs {
@@ -466,5 +526,42 @@ impl UdpCounter {
 impl Drop for UdpCounter {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KernelDrops;
+
+    /// The layouts of a 6.x kernel's `/proc/net/snmp` (its `Udp:` lines) and `/proc/net/dev`.
+    #[test]
+    fn kernel_drops_parse_the_udp_and_device_counters() {
+        let snmp = "Ip: Forwarding DefaultTTL InReceives\n\
+                    Ip: 1 64 12\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors \
+                    InCsumErrors IgnoredMulti MemErrors\n\
+                    Udp: 1757359 0 362199 0 362196 0 3 0 0\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors \
+                    InCsumErrors IgnoredMulti MemErrors\n\
+                    UdpLite: 0 0 0 0 0 0 0 0 0\n";
+        let dev = "Inter-|   Receive                                                |  Transmit\n \
+                   face |bytes    packets errs drop fifo frame compressed multicast|bytes    \
+                   packets errs drop fifo colls carrier compressed\n    \
+                   lo:       0       0    0    0    0     0          0         0        0       \
+                   0    0    0    0     0       0          0\n\
+                   lxb12:  9000     100    0    7    0     0          0         0      500       \
+                   5    0    2    0     0       0          0\n";
+        let d = KernelDrops::parse(snmp, dev).expect("parses");
+        assert_eq!(
+            d,
+            KernelDrops {
+                udp_rcvbuf_errors: 362_196,
+                udp_in_errors: 362_199,
+                rx_dropped: 7,
+                tx_dropped: 2,
+            }
+        );
+        assert_eq!(KernelDrops::parse("Ip: x\n", dev), None, "no Udp: lines");
+        assert_eq!(KernelDrops::parse(snmp, "h\nh\nbad line\n"), None);
     }
 }
