@@ -16,7 +16,10 @@
 //! transmit call), `park` (producers out of frames sleep), `offered`, `sent`, `dropped`, `queued`,
 //! `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies `drops_by_reason` (an
 //! object keyed by kernel drop reason), `requeues` and `root_contended`; with `--veth`, also
-//! `received` (datagrams the kernel UDP socket in the peer namespace got); with `--compare`,
+//! `received` (datagrams the kernel UDP socket in the peer namespace got) and `kernel_drops`
+//! (what the kernel dropped on the way there, by its own counters: `udp_rcvbuf`, the receiving
+//! socket's buffer full; `veth`, the veth's backlog; `udp_other`, any other UDP error, which
+//! makes the run fail); with `--compare`,
 //! `pingpong_ns` (what [`lockless_xmit::pingpong::probe`] read before the cell's group: the
 //! machine's state, `null` if it could not run). `offered = sent + dropped + queued` always
 //! holds.
@@ -50,8 +53,9 @@ struct Cli {
     driver: DriverSpec,
 
     /// Create a private pair of network namespaces joined by a veth pair, send through AF_XDP
-    /// on one end and count what a kernel UDP socket on the other end receives; tear it all
-    /// down at the end (needs root).
+    /// on one end and count what a kernel UDP socket on the other end receives and what the
+    /// kernel dropped on the way (a receiver too slow for the rate); fails if any datagram is
+    /// in neither; tear it all down at the end (needs root).
     #[arg(long)]
     veth: bool,
 
@@ -625,12 +629,49 @@ fn veth(cli: &Cli, base: &Workload) -> ExitCode {
     };
     let received = counter.wait_for(cell.sent, Duration::from_millis(500));
     counter.stop();
-    let code = finish(cli, &w, &cell, Some(received));
+    let drops = match VethDrops::read(&pair) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("pktgen: --veth: cannot read the kernel's drop counters: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = finish(cli, &w, &cell, Some((received, drops)));
     drop(pair); // the namespaces and the veth pair go away here
-    if received == cell.sent {
+    if drops.udp_other == 0 && received + drops.udp_rcvbuf + drops.veth == cell.sent {
         code
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// What the kernel dropped between our AF_XDP socket and the UDP socket in the peer namespace,
+/// by its own counters (the namespaces are new, so every count is this run's). A datagram the
+/// receiver was too slow for is one of these, not a loss of ours; a datagram in none of them
+/// and not received is.
+#[derive(Clone, Copy)]
+struct VethDrops {
+    /// The receiving socket's buffer was full (`Udp: RcvbufErrors` in the peer namespace).
+    udp_rcvbuf: u64,
+    /// Any other UDP delivery error there (`InErrors` beyond `RcvbufErrors`: a checksum, say).
+    udp_other: u64,
+    /// Dropped crossing the veth: the larger of the receiving end's receive drops and the
+    /// sending end's transmit drops, since a drop at the receiver's backlog counts on both.
+    veth: u64,
+}
+
+impl VethDrops {
+    fn read(pair: &VethPair) -> std::io::Result<VethDrops> {
+        let (a, b) = (pair.a.ns.kernel_drops()?, pair.b.ns.kernel_drops()?);
+        Ok(VethDrops {
+            udp_rcvbuf: b.udp_rcvbuf_errors,
+            udp_other: b.udp_in_errors - b.udp_rcvbuf_errors,
+            veth: b.rx_dropped.max(a.tx_dropped),
+        })
+    }
+
+    fn total(&self) -> u64 {
+        self.udp_rcvbuf + self.udp_other + self.veth
     }
 }
 
@@ -675,25 +716,37 @@ fn single(cli: &Cli, w: &Workload) -> ExitCode {
     finish(cli, w, &cell, None)
 }
 
-fn finish(cli: &Cli, w: &Workload, cell: &Cell, received: Option<u64>) -> ExitCode {
+fn finish(cli: &Cli, w: &Workload, cell: &Cell, received: Option<(u64, VethDrops)>) -> ExitCode {
     if cli.json {
         let mut line = json_cell(cell, w, None, 0);
-        if let Some(r) = received {
+        if let Some((r, d)) = received {
             line = json_with(line, "received", &r.to_string());
+            let drops = format!(
+                "{{\"udp_rcvbuf\":{},\"veth\":{},\"udp_other\":{}}}",
+                d.udp_rcvbuf, d.veth, d.udp_other
+            );
+            line = json_with(line, "kernel_drops", &drops);
         }
         println!("{line}");
     } else {
         report(cell, w);
-        if let Some(r) = received {
+        if let Some((r, d)) = received {
             println!();
+            let missing = cell.sent.saturating_sub(r + d.total());
             println!(
-                "veth: sent {} received {} by a kernel UDP socket in the peer namespace ({})",
+                "veth: sent {} received {} by a kernel UDP socket in the peer namespace; the \
+                 kernel dropped {} (the receiving socket's buffer full: {}, the veth's \
+                 backlog: {}, other UDP errors: {}); {}",
                 cell.sent,
                 r,
-                if r == cell.sent {
-                    "nothing lost"
+                d.total(),
+                d.udp_rcvbuf,
+                d.veth,
+                d.udp_other,
+                if missing == 0 && d.udp_other == 0 {
+                    "nothing lost".to_string()
                 } else {
-                    "LOSS"
+                    format!("LOSS: {missing} datagrams in no counter")
                 }
             );
         }
