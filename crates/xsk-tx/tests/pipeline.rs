@@ -1,6 +1,8 @@
 //! The whole transmit path on a real veth: frames from the pool, producers on several threads,
 //! `TxQueue` + qdisc, AF_XDP through `XskDevice`, an ordinary kernel UDP socket in the peer
-//! namespace checking every payload byte for byte, and the pool full again at the end.
+//! namespace checking every payload byte for byte, and the pool full again at the end. Producers
+//! take frames through pool handles or, in one test, from the per-CPU caches (`Pool::alloc`,
+//! no handle): the completions free both kinds where the reaping thread runs.
 
 mod common;
 
@@ -42,10 +44,30 @@ fn engine() -> TxQueueBuilder {
     TxQueue::builder().overflow(Overflow::Wait)
 }
 
-/// Allocates a frame, polling the device (completions go home) while the pool is dry.
-fn alloc<Q: Qdisc<Skb>>(h: &mut PoolHandle, dev: &XskDevice<Q>, deadline: Instant) -> Skb {
+/// Where producers take their frames.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Frames {
+    /// A `PoolHandle` per producer thread.
+    Handles,
+    /// The per-CPU caches (`Pool::alloc`).
+    PerCpu,
+}
+
+/// Allocates a frame (through `h`, else from the per-CPU caches), polling the device
+/// (completions go home) while the pool is dry.
+fn alloc<Q: Qdisc<Skb>>(
+    pool: &Pool,
+    h: Option<&mut PoolHandle>,
+    dev: &XskDevice<Q>,
+    deadline: Instant,
+) -> Skb {
+    let mut h = h;
     loop {
-        match h.alloc() {
+        let got = match h.as_deref_mut() {
+            Some(h) => h.alloc(),
+            None => pool.alloc(),
+        };
+        match got {
             Ok(skb) => return skb,
             Err(_) => {
                 assert!(
@@ -58,6 +80,37 @@ fn alloc<Q: Qdisc<Skb>>(h: &mut PoolHandle, dev: &XskDevice<Q>, deadline: Instan
             }
         }
     }
+}
+
+/// Pins the calling thread to the `n`-th CPU (modulo their number) of its affinity mask.
+fn pin_to_nth_allowed_cpu(n: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the size is the set's.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: reading a bit of an initialised set, below CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    let cpu = allowed[n % allowed.len()];
+    // SAFETY: as above; CPU_SET writes a bit below CPU_SETSIZE.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` came from the set, so it is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut one) };
+    // SAFETY: pid 0 is the calling thread; the size is the set's.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_setaffinity: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// Builds datagram `seq` of `flow` in a pool frame.
@@ -73,9 +126,11 @@ fn build(skb: &mut Skb, flow: &UdpFlow, seq: u64, hash: u32) {
 /// paced on the receiver's progress; then everything is drained and the device closed. Returns
 /// the close report. `batch` 1 sends with `xmit`; more sends runs of that many consecutive
 /// datagrams with `xmit_bulk`.
+#[allow(clippy::too_many_arguments)]
 fn produce<Q: Qdisc<Skb>>(
     dev: XskDevice<Q>,
     pool: &Pool,
+    frames: Frames,
     producers: u64,
     n: u64,
     batch: u64,
@@ -85,9 +140,15 @@ fn produce<Q: Qdisc<Skb>>(
     let next = AtomicU64::new(0);
     let deadline = Instant::now() + DEADLINE;
     std::thread::scope(|s| {
-        for _ in 0..producers {
-            s.spawn(|| {
-                let mut h = pool.handle().unwrap();
+        for k in 0..producers {
+            let (next, dev) = (&next, &dev);
+            s.spawn(move || {
+                if frames == Frames::PerCpu {
+                    // Producers on different CPUs reap each other's completions: frames go
+                    // home to another CPU (the remote free path), not only to their own.
+                    pin_to_nth_allowed_cpu(k as usize);
+                }
+                let mut h = (frames == Frames::Handles).then(|| pool.handle().unwrap());
                 let mut skbs = Vec::with_capacity(batch as usize);
                 loop {
                     let first = next.fetch_add(batch, Ordering::Relaxed);
@@ -105,7 +166,7 @@ fn produce<Q: Qdisc<Skb>>(
                         std::thread::yield_now();
                     }
                     for seq in first..end {
-                        let mut skb = alloc(&mut h, &dev, deadline);
+                        let mut skb = alloc(pool, h.as_mut(), dev, deadline);
                         let (f, hash) = flow_of(seq);
                         build(&mut skb, &f, seq, hash);
                         skbs.push(skb);
@@ -129,10 +190,12 @@ fn produce<Q: Qdisc<Skb>>(
 
 /// Opens `queues` queues of the veth's end A, each with a pfifo of `FRAMES`, inside namespace
 /// A, and runs [`produce`] through them (2 producers); returns the close report.
+#[allow(clippy::too_many_arguments)]
 fn pfifo_producers(
     veth: &VethPair,
     queues: u32,
     pool: &Pool,
+    frames: Frames,
     n: u64,
     batch: u64,
     flow_of: &(dyn Fn(u64) -> (UdpFlow, u32) + Sync),
@@ -152,7 +215,7 @@ fn pfifo_producers(
             )
             .unwrap();
             assert_eq!(dev.mode(), XdpMode::Copy, "veth has no zero-copy");
-            produce(dev, pool, 2, n, batch, flow_of, progress)
+            produce(dev, pool, frames, 2, n, batch, flow_of, progress)
         })
         .unwrap()
 }
@@ -168,25 +231,45 @@ fn assert_pool_full(pool: &Pool) {
 
 #[test]
 fn pool_pfifo_af_xdp_100k_from_producers() {
+    pfifo_100k(
+        "pool_pfifo_af_xdp_100k_from_producers",
+        Frames::Handles,
+        9400,
+    );
+}
+
+/// The same with per-CPU frames: UMEM addresses of frames no handle owns, completions that
+/// send them home to the CPU that allocated them, from whichever thread reaps.
+#[test]
+fn per_cpu_frames_pfifo_af_xdp_100k_from_producers() {
+    pfifo_100k(
+        "per_cpu_frames_pfifo_af_xdp_100k_from_producers",
+        Frames::PerCpu,
+        9409,
+    );
+}
+
+/// 100 000 datagrams from 2 producers over one queue with a pfifo: every one arrives, byte
+/// for byte, and every frame is back in the pool.
+fn pfifo_100k(name: &str, frames: Frames, port: u16) {
     const N: u64 = 100_000;
-    const PORT: u16 = 9400;
-    let Some(veth) = netns::veth_or_skip("pool_pfifo_af_xdp_100k_from_producers", 1) else {
+    let Some(veth) = netns::veth_or_skip(name, 1) else {
         return;
     };
     let progress = Arc::new(AtomicU64::new(0));
     let receiver = spawn_udp_receiver(
         &veth.b.ns,
-        SocketAddrV4::new(veth.b.ip, PORT),
+        SocketAddrV4::new(veth.b.ip, port),
         N,
         progress.clone(),
     );
     let flows = [
-        (flow(&veth, 40000, PORT), 0x1234_5678),
-        (flow(&veth, 40001, PORT), 0x8765_4321),
+        (flow(&veth, 40000, port), 0x1234_5678),
+        (flow(&veth, 40001, port), 0x8765_4321),
     ];
     let pool = pool();
     let flow_of = |seq: u64| flows[(seq % flows.len() as u64) as usize];
-    let report = pfifo_producers(&veth, 1, &pool, N, 1, &flow_of, &progress);
+    let report = pfifo_producers(&veth, 1, &pool, frames, N, 1, &flow_of, &progress);
     let got = receiver.join().unwrap();
     eprintln!("pfifo: {report:?}");
     assert_eq!(got.count, N, "lost {} datagrams", N - got.count);
@@ -199,6 +282,11 @@ fn pool_pfifo_af_xdp_100k_from_producers() {
     assert_eq!(st.queues[0].driver.refused, 0);
     assert_eq!(st.completed() + report.reclaimed as u64, N);
     assert_pool_full(&pool);
+    let pcs = pool.per_cpu_stats();
+    eprintln!("{frames:?}: {pcs:?}");
+    // Per-CPU frames came from the CPUs' caches, which refilled from the depot; handle frames
+    // never touch them.
+    assert_eq!(pcs.refills > 0, frames == Frames::PerCpu, "{pcs:?}");
 }
 
 /// Two flows, both backlogged in FQ (enqueued while the device is paused, flow A's packets all
@@ -268,7 +356,7 @@ fn fq_shares_the_link_between_two_backlogged_flows() {
             for (i, (f, hash)) in [(fa, 0x1111_1111u32), (fb, 0x2222_2222)].iter().enumerate() {
                 for k in 0..PER_FLOW {
                     let seq = i as u64 * PER_FLOW + k;
-                    let mut skb = alloc(&mut h, &dev, deadline);
+                    let mut skb = alloc(&pool, Some(&mut h), &dev, deadline);
                     // Fixed-size payloads, so FQ's byte credits map to packet counts.
                     let frame = skb.put(UdpFlow::frame_len(PAYLOAD)).unwrap();
                     f.write(frame, &fixed_payload(seq)).unwrap();
@@ -331,7 +419,7 @@ fn device_spreads_flows_over_queues_by_hash() {
         .collect();
     let pool = pool();
     let flow_of = |seq: u64| flows[(seq % flows.len() as u64) as usize];
-    let report = pfifo_producers(&veth, Q, &pool, N, 1, &flow_of, &progress);
+    let report = pfifo_producers(&veth, Q, &pool, Frames::Handles, N, 1, &flow_of, &progress);
     let got = receiver.join().unwrap();
     assert_eq!(got.count, N, "lost {} datagrams", N - got.count);
     // The queue each packet should have taken: reciprocal_scale(hash, Q).
@@ -375,7 +463,7 @@ fn bulk_from_producers_over_two_queues() {
     ];
     let flow_of = |seq: u64| flows[((seq / 8) % 2) as usize];
     let pool = pool();
-    let report = pfifo_producers(&veth, 2, &pool, N, 32, &flow_of, &progress);
+    let report = pfifo_producers(&veth, 2, &pool, Frames::Handles, N, 32, &flow_of, &progress);
     let got = receiver.join().unwrap();
     assert_eq!(got.count, N, "lost {} datagrams", N - got.count);
     assert!(got.seen.iter().all(|&s| s));
