@@ -57,6 +57,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+/// `PoolBuilder`: settings, limits, defaults and their validation.
+mod builder;
 /// Typed errors with causes and fixes.
 mod error;
 /// `PoolHandle`: owner-local cache, batched remote frees, the owner's drain.
@@ -71,7 +73,7 @@ mod outstack;
 mod packed;
 /// Per-CPU frame caches: `Pool::alloc` from any thread (rseq or locked).
 mod percpu;
-/// `Pool`, its builder, the shared state and its lifetime.
+/// `Pool`, the shared state and its lifetime.
 mod pool;
 /// The frame region: one mmap, optionally huge pages, usable as an AF_XDP UMEM.
 mod region;
@@ -86,14 +88,15 @@ mod stats;
 /// Atomics, mutex and thread-locals, switched to loom under `--cfg lockless_loom`.
 mod sync;
 
+pub use builder::{
+    DEFAULT_CACHE_MAX, DEFAULT_DEFER_MAX, DEFAULT_FRAME_COUNT, DEFAULT_FRAME_SIZE,
+    DEFAULT_HEADROOM, DEFAULT_MAX_OWNERS, DEFAULT_REMOTE_BATCH, MAX_FRAME_SIZE, MAX_OWNERS,
+    MIN_FRAME_SIZE, PoolBuilder,
+};
 pub use error::{AddrError, BuildError, PoolError, SkbError};
 pub use handle::PoolHandle;
 pub use percpu::{CpuCacheStats, MAX_CPUS, PerCpu, PerCpuStats, RefillOrder};
-pub use pool::{
-    DEFAULT_CACHE_MAX, DEFAULT_DEFER_MAX, DEFAULT_FRAME_COUNT, DEFAULT_FRAME_SIZE,
-    DEFAULT_HEADROOM, DEFAULT_MAX_OWNERS, DEFAULT_REMOTE_BATCH, MAX_FRAME_SIZE, MAX_OWNERS,
-    MIN_FRAME_SIZE, OwnerState, Pool, PoolBuilder,
-};
+pub use pool::{OwnerState, Pool};
 pub use region::{HugePages, Region};
 pub use remote::Wake;
 pub use skb::{OwnerId, Skb, SocketRef};
