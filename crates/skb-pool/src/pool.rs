@@ -11,6 +11,9 @@
 //! dropped, or by a full CPU cache). The depot is a mutex-guarded stack of whole batches, as
 //! page_pool's ring is spinlocked: it is touched once per half a cache at most.
 //!
+//! This file must not validate settings (`builder.rs`) nor run a cache's operations: the
+//! per-CPU caches are `percpu/`'s, the owner caches `handle.rs`'s.
+//!
 //! # Lifetime
 //!
 //! The pool is freed when the last reference goes. `Pool` values (each handle holds one) are

@@ -338,9 +338,9 @@ impl PoolInner {
         frames
     }
 
-    /// Sends free frames (at most [`MAX_PACK`](crate::packed::MAX_PACK), all for `home`, whose references the
-    /// caller gives back after) home as one packed batch, oldest first as given: the home CPU
-    /// hands them out in that order.
+    /// Sends free frames (at most [`MAX_PACK`](crate::packed::MAX_PACK), all for `home`, whose
+    /// references the caller gives back after) home as one packed batch, oldest first as given:
+    /// the home CPU hands them out in that order.
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
     pub(super) fn send_packed(&self, frames: &[usize], home: u32) {
         // SAFETY: free frames of this pool, each once, that the caller gave up.

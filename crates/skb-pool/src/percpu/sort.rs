@@ -36,7 +36,7 @@ const SORT_WORDS: usize = 256;
 /// refill's, in the transmit engine); marking each entry's line in a bitmap over the span and
 /// reading the bits back from the top costs a pass over the frames and one over the span's
 /// words.
-pub(super) fn sort_desc(addrs: &mut [usize]) {
+fn sort_desc(addrs: &mut [usize]) {
     // Entries are `STRIDE` apart within a chunk, and chunks (and their one-entry headers) are
     // whole multiples of it (meta.rs asserts both).
     const LINE: usize = crate::meta::STRIDE;
@@ -73,7 +73,7 @@ mod tests {
     use crate::meta::STRIDE;
 
     /// A xorshift permutation source: deterministic, no dependency.
-    pub(super) fn shuffled(mut v: Vec<usize>, mut seed: u64) -> Vec<usize> {
+    fn shuffled(mut v: Vec<usize>, mut seed: u64) -> Vec<usize> {
         for i in (1..v.len()).rev() {
             seed ^= seed << 13;
             seed ^= seed >> 7;
@@ -84,7 +84,7 @@ mod tests {
     }
 
     #[test]
-    pub(super) fn sort_desc_matches_a_comparison_sort_on_narrow_and_wide_spans() {
+    fn sort_desc_matches_a_comparison_sort_on_narrow_and_wide_spans() {
         let base = 0x7f12_3400_0000usize;
         // A dense span, one entry, a span that nearly fills the bitmap (all by bitmap) and a
         // sparse one (the comparison sort), each from an ordered, a reversed and a shuffled

@@ -12,9 +12,13 @@ use crate::meta::Frame;
 use crate::outstack::TAKING;
 use crate::sync::{Ordering, thread};
 
+/// Most caches one taking tries (each a try-lock, or a flag and a restart) before it gives up.
+const TAKE_TRIES: usize = 8;
+
 impl PerCpuState {
     /// Takes half the frames (rounded up) of the fullest cache of a CPU other than `here` that
-    /// it can hold (fullest first, by their counts as read), for a refill that found every
+    /// it can hold (fullest first, by their counts as read; at most [`TAKE_TRIES`] caches), for
+    /// a refill that found every
     /// other source dry: the frames a CPU's cache holds are otherwise handed out only on that
     /// CPU, and a CPU nobody runs on any more would keep them for good. The oldest half goes
     /// (the bottom of the stack: the frames that CPU would hand out last, and the coldest
@@ -34,22 +38,22 @@ impl PerCpuState {
     pub(super) fn take_cached(&self, here: usize) -> Fifo<Frame> {
         let mut taken = Fifo::new();
         // Fullest first without a list on the heap (this runs in the allocator's slow path):
-        // each pass picks the largest (count, CPU) below the one tried last. Counts are read
-        // afresh each pass, so a CPU may come up twice; the passes are bounded.
-        let mut last: Option<(usize, usize)> = None;
-        for _ in 0..self.caches.len() {
-            let next = (0..self.caches.len())
-                .filter(|&cpu| cpu != here)
+        // each pass reads the counts and tries the fullest cache not tried yet, for at most
+        // `TAKE_TRIES` caches (all held at once: the allocation fails, and a retry looks again).
+        let mut tried = [usize::MAX; TAKE_TRIES];
+        for t in 0..TAKE_TRIES {
+            let fullest = (0..self.caches.len())
+                .filter(|&cpu| cpu != here && !tried[..t].contains(&cpu))
                 .map(|cpu| (self.cached(cpu), cpu))
-                .filter(|&k| k.0 > 0 && last.is_none_or(|l| k < l))
+                .filter(|&(n, _)| n > 0)
                 .max();
-            let Some(k) = next else { break };
-            self.take_from(k.1, &mut taken);
+            let Some((_, cpu)) = fullest else { break };
+            self.take_from(cpu, &mut taken);
             if !taken.is_empty() {
                 self.counters_at(here).takings.add(1);
                 break;
             }
-            last = Some(k);
+            tried[t] = cpu;
         }
         taken
     }
