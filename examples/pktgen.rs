@@ -17,9 +17,9 @@
 //! `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies `drops_by_reason` (an
 //! object keyed by kernel drop reason), `requeues` and `root_contended`; with `--veth`, also
 //! `received` (datagrams the kernel UDP socket in the peer namespace got) and `kernel_drops`
-//! (what the kernel dropped on the way there, by its own counters: `udp_rcvbuf`, the receiving
-//! socket's buffer full; `veth`, the veth's backlog; `udp_other`, any other UDP error, which
-//! makes the run fail); with `--compare`,
+//! (what the kernel dropped on the way there, by its own counters: `udp_no_room`, the receiving
+//! socket's buffer or UDP's memory full; `veth`, the veth's backlog; `udp_other`, any other UDP
+//! error, which makes the run fail); with `--compare`,
 //! `pingpong_ns` (what [`lockless_xmit::pingpong::probe`] read before the cell's group: the
 //! machine's state, `null` if it could not run). `offered = sent + dropped + queued` always
 //! holds.
@@ -627,8 +627,9 @@ fn veth(cli: &Cli, base: &Workload) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let received = counter.wait_for(cell.sent, Duration::from_millis(500));
-    counter.stop();
+    counter.wait_for(cell.sent, Duration::from_millis(500));
+    // What it counted by the time it stopped (a datagram read after the wait counts too).
+    let received = counter.stop();
     let drops = match VethDrops::read(&pair) {
         Ok(d) => d,
         Err(e) => {
@@ -638,7 +639,7 @@ fn veth(cli: &Cli, base: &Workload) -> ExitCode {
     };
     let code = finish(cli, &w, &cell, Some((received, drops)));
     drop(pair); // the namespaces and the veth pair go away here
-    if drops.udp_other == 0 && received + drops.udp_rcvbuf + drops.veth == cell.sent {
+    if drops.accounts_for(cell.sent, received) {
         code
     } else {
         ExitCode::FAILURE
@@ -651,9 +652,10 @@ fn veth(cli: &Cli, base: &Workload) -> ExitCode {
 /// and not received is.
 #[derive(Clone, Copy)]
 struct VethDrops {
-    /// The receiving socket's buffer was full (`Udp: RcvbufErrors` in the peer namespace).
-    udp_rcvbuf: u64,
-    /// Any other UDP delivery error there (`InErrors` beyond `RcvbufErrors`: a checksum, say).
+    /// No room for the datagram: the receiving socket's buffer was full, or UDP's memory limit
+    /// was reached (`Udp: RcvbufErrors` and `MemErrors` in the peer namespace).
+    udp_no_room: u64,
+    /// Any other UDP delivery error there (`InErrors` beyond those: a checksum, say).
     udp_other: u64,
     /// Dropped crossing the veth: the larger of the receiving end's receive drops and the
     /// sending end's transmit drops, since a drop at the receiver's backlog counts on both.
@@ -663,15 +665,21 @@ struct VethDrops {
 impl VethDrops {
     fn read(pair: &VethPair) -> std::io::Result<VethDrops> {
         let (a, b) = (pair.a.ns.kernel_drops()?, pair.b.ns.kernel_drops()?);
+        let no_room = b.udp_rcvbuf_errors + b.udp_mem_errors;
         Ok(VethDrops {
-            udp_rcvbuf: b.udp_rcvbuf_errors,
-            udp_other: b.udp_in_errors - b.udp_rcvbuf_errors,
+            udp_no_room: no_room,
+            udp_other: b.udp_in_errors.saturating_sub(no_room),
             veth: b.rx_dropped.max(a.tx_dropped),
         })
     }
 
     fn total(&self) -> u64 {
-        self.udp_rcvbuf + self.udp_other + self.veth
+        self.udp_no_room + self.udp_other + self.veth
+    }
+
+    /// Whether every datagram sent is accounted for: received, or dropped for lack of room.
+    fn accounts_for(&self, sent: u64, received: u64) -> bool {
+        self.udp_other == 0 && received + self.udp_no_room + self.veth == sent
     }
 }
 
@@ -722,8 +730,8 @@ fn finish(cli: &Cli, w: &Workload, cell: &Cell, received: Option<(u64, VethDrops
         if let Some((r, d)) = received {
             line = json_with(line, "received", &r.to_string());
             let drops = format!(
-                "{{\"udp_rcvbuf\":{},\"veth\":{},\"udp_other\":{}}}",
-                d.udp_rcvbuf, d.veth, d.udp_other
+                "{{\"udp_no_room\":{},\"veth\":{},\"udp_other\":{}}}",
+                d.udp_no_room, d.veth, d.udp_other
             );
             line = json_with(line, "kernel_drops", &drops);
         }
@@ -732,21 +740,26 @@ fn finish(cli: &Cli, w: &Workload, cell: &Cell, received: Option<(u64, VethDrops
         report(cell, w);
         if let Some((r, d)) = received {
             println!();
-            let missing = cell.sent.saturating_sub(r + d.total());
+            let accounted = r + d.udp_no_room + d.veth;
             println!(
                 "veth: sent {} received {} by a kernel UDP socket in the peer namespace; the \
-                 kernel dropped {} (the receiving socket's buffer full: {}, the veth's \
-                 backlog: {}, other UDP errors: {}); {}",
+                 kernel dropped {} (no room in the receiving socket: {}, the veth's backlog: \
+                 {}, other UDP errors: {}); {}",
                 cell.sent,
                 r,
                 d.total(),
-                d.udp_rcvbuf,
+                d.udp_no_room,
                 d.veth,
                 d.udp_other,
-                if missing == 0 && d.udp_other == 0 {
+                if d.accounts_for(cell.sent, r) {
                     "nothing lost".to_string()
+                } else if accounted < cell.sent {
+                    format!("LOSS: {} datagrams in no counter", cell.sent - accounted)
                 } else {
-                    format!("LOSS: {missing} datagrams in no counter")
+                    format!(
+                        "MISMATCH: {} more accounted for than sent",
+                        accounted - cell.sent
+                    )
                 }
             );
         }

@@ -260,8 +260,11 @@ pub struct KernelDrops {
     /// UDP datagrams dropped because the receiving socket's buffer was full
     /// (`UDP_MIB_RCVBUFERRORS`, `Udp: RcvbufErrors`).
     pub udp_rcvbuf_errors: u64,
+    /// UDP datagrams dropped because UDP's memory limit (`net.ipv4.udp_mem`) was reached
+    /// (`Udp: MemErrors`; 0 where the kernel does not report it).
+    pub udp_mem_errors: u64,
     /// UDP datagrams dropped for any reason at delivery (`Udp: InErrors`, which includes
-    /// `RcvbufErrors`).
+    /// `RcvbufErrors` and `MemErrors`).
     pub udp_in_errors: u64,
     /// Packets the namespace's interfaces dropped on receive (the `drop` column of
     /// `/proc/net/dev`, summed: a full backlog queue, for a veth end).
@@ -294,6 +297,7 @@ impl KernelDrops {
         }
         Some(KernelDrops {
             udp_rcvbuf_errors: field("RcvbufErrors")?,
+            udp_mem_errors: field("MemErrors").unwrap_or(0),
             udp_in_errors: field("InErrors")?,
             rx_dropped,
             tx_dropped,
@@ -556,6 +560,7 @@ mod tests {
             d,
             KernelDrops {
                 udp_rcvbuf_errors: 362_196,
+                udp_mem_errors: 0,
                 udp_in_errors: 362_199,
                 rx_dropped: 7,
                 tx_dropped: 2,
