@@ -19,8 +19,12 @@ use std::time::Instant;
 #[repr(align(128))]
 struct Line(AtomicU64);
 
-/// Pins the calling thread to `cpu`.
-fn pin(cpu: usize) -> Result<(), String> {
+/// Pins the calling thread to `cpu` (also for tests that need a thread on a given CPU).
+///
+/// # Errors
+///
+/// A message naming the CPU if it is past `CPU_SETSIZE` or outside the affinity mask.
+pub fn pin(cpu: usize) -> Result<(), String> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(format!("CPU {cpu} is past CPU_SETSIZE"));
     }

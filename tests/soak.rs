@@ -445,9 +445,11 @@ fn soak() {
     // Free is not enough: each frame must also be where an allocation finds it. One thread
     // takes them all (per-CPU caches of CPUs it does not run on, defer lists, outgoing stacks
     // and vacant owners' lists included), with nobody else running.
+    // (`alloc_wait`: the outgoing stacks are taken at most once a millisecond, and a producer
+    // may have taken them just before; a stranded frame never comes, however long we wait.)
     let all: Vec<Skb> = (0..FRAMES)
         .map(|i| {
-            pool.alloc().unwrap_or_else(|e| {
+            pool.alloc_wait(Duration::from_secs(5)).unwrap_or_else(|e| {
                 panic!("frame {i} of {FRAMES}: {e}; {:?}", pool.per_cpu_stats())
             })
         })

@@ -76,17 +76,7 @@ fn steady_state_transmit_allocates_nothing() {
 
 /// Pins the calling thread to `cpu`; `false` if the affinity mask does not allow it.
 fn pin(cpu: usize) -> bool {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes a bit below its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above, `cpu` is checked against the set's size first.
-    unsafe {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return false;
-        }
-        libc::CPU_SET(cpu, &mut set);
-    }
-    // SAFETY: pid 0 is the calling thread; the size is the set's.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
+    lockless_xmit::pingpong::pin(cpu).is_ok()
 }
 
 /// The per-CPU allocation slow path allocates nothing either, down to its last sources: a
@@ -134,8 +124,15 @@ fn per_cpu_refills_and_cache_takings_allocate_nothing() {
             eprintln!("SKIPPED: CPU 1 is not in this process's affinity mask");
             return;
         }
-        let left_cached = pool.per_cpu_stats().cpus[1].cached;
-        assert!(left_cached > 0, "{mode:?}: CPU 1 keeps frames in its cache");
+        let left = pool.per_cpu_stats().cpus[1];
+        assert!(
+            left.cached > 0,
+            "{mode:?}: CPU 1 keeps frames in its cache: {left:?}"
+        );
+        assert!(
+            left.outgoing > 0,
+            "{mode:?}: CPU 1 holds frames for CPU 0: {left:?}"
+        );
         let (got, allocs) = std::thread::scope(|s| {
             s.spawn(|| {
                 assert!(pin(0), "CPU 0 was in the mask a moment ago");

@@ -99,7 +99,7 @@ fn pin_to_nth_allowed_cpu(n: usize) {
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect();
     let cpu = allowed[n % allowed.len()];
-    // SAFETY: as above; CPU_SET writes a bit below CPU_SETSIZE.
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
     let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `cpu` came from the set, so it is below CPU_SETSIZE.
     unsafe { libc::CPU_SET(cpu, &mut one) };
