@@ -15,16 +15,23 @@ impl PoolInner {
     pub(crate) fn percpu_alloc(&self) -> Option<Frame> {
         let pc = &self.percpu;
         if let Ok((item, cpu)) = pc.try_fast(None, Op::Pop(POP_ALLOC)) {
-            // SAFETY: the caches hold only addresses of this pool's metadata entries.
-            let frame = unsafe { Frame::from_addr(item) };
-            // `try_fast` committed on CPU `cpu`, so it has a slot.
-            if pc.slots[cpu as usize].is_pending() {
-                self.drain_cpu(cpu as usize);
-            }
-            frame.init(home_stamp(cpu), self.cfg.headroom);
-            return Some(frame);
+            return Some(self.hand_out(item, cpu));
         }
         self.percpu_alloc_slow()
+    }
+
+    /// The frame an allocation's pop took from CPU `cpu`'s cache (a section committed there,
+    /// so `cpu` is in the table), stamped and in use; a kicked defer list of `cpu` is drained
+    /// first.
+    #[inline(always)]
+    fn hand_out(&self, item: usize, cpu: u32) -> Frame {
+        // SAFETY: the caches hold only addresses of this pool's metadata entries.
+        let frame = unsafe { Frame::from_addr(item) };
+        if self.percpu.slots[cpu as usize].is_pending() {
+            self.drain_cpu(cpu as usize);
+        }
+        frame.init(home_stamp(cpu), self.cfg.headroom);
+        frame
     }
 
     /// `Pool::alloc_bulk`'s fast path: up to `out.len()` frames from this CPU's cache with one
@@ -57,15 +64,7 @@ impl PoolInner {
         let mut waited = false;
         loop {
             match pc.run(None, Op::Pop(POP_ALLOC)) {
-                Res::Done(item, cpu) => {
-                    // SAFETY: the caches hold only addresses of this pool's metadata entries.
-                    let frame = unsafe { Frame::from_addr(item) };
-                    if pc.slots[cpu as usize].is_pending() {
-                        self.drain_cpu(cpu as usize);
-                    }
-                    frame.init(home_stamp(cpu), headroom);
-                    return Some(frame);
-                }
+                Res::Done(item, cpu) => return Some(self.hand_out(item, cpu)),
                 Res::Refused(cpu) => {
                     let frame = self.refill(cpu as usize)?;
                     self.take_ref();

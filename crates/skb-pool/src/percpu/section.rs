@@ -34,14 +34,8 @@ impl PerCpuState {
             if want.is_some_and(|w| w != cpu) {
                 return Res::NotHere;
             }
-            let Some(c) = self.caches.get(cpu as usize) else {
+            let Some(cache) = self.cache_ref(cpu) else {
                 return Res::NoCache;
-            };
-            let cache = rseq::CacheRef {
-                word: c.word.as_ptr(),
-                items: c.items.as_ptr().cast::<usize>().cast_mut(),
-                cap: self.cap as u64,
-                flag: c.flag.as_ptr().cast_const(),
             };
             // SAFETY: `area` is this thread's registered area; the word, the items (`cap` of
             // them) and the flag live as long as the pool, which the caller's reference keeps
