@@ -677,9 +677,14 @@ impl VethDrops {
         self.udp_no_room + self.udp_other + self.veth
     }
 
-    /// Whether every datagram sent is accounted for: received, or dropped for lack of room.
+    /// The datagrams accounted for: `received`, and those dropped for lack of room.
+    fn accounted(&self, received: u64) -> u64 {
+        received + self.udp_no_room + self.veth
+    }
+
+    /// Whether every datagram sent is accounted for, and no other UDP error occurred.
     fn accounts_for(&self, sent: u64, received: u64) -> bool {
-        self.udp_other == 0 && received + self.udp_no_room + self.veth == sent
+        self.udp_other == 0 && self.accounted(received) == sent
     }
 }
 
@@ -740,7 +745,7 @@ fn finish(cli: &Cli, w: &Workload, cell: &Cell, received: Option<(u64, VethDrops
         report(cell, w);
         if let Some((r, d)) = received {
             println!();
-            let accounted = r + d.udp_no_room + d.veth;
+            let accounted = d.accounted(r);
             println!(
                 "veth: sent {} received {} by a kernel UDP socket in the peer namespace; the \
                  kernel dropped {} (no room in the receiving socket: {}, the veth's backlog: \

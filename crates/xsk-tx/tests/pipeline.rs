@@ -57,11 +57,10 @@ enum Frames {
 /// (completions go home) while the pool is dry.
 fn alloc<Q: Qdisc<Skb>>(
     pool: &Pool,
-    h: Option<&mut PoolHandle>,
+    mut h: Option<&mut PoolHandle>,
     dev: &XskDevice<Q>,
     deadline: Instant,
 ) -> Skb {
-    let mut h = h;
     loop {
         let got = match h.as_deref_mut() {
             Some(h) => h.alloc(),
