@@ -222,8 +222,9 @@ impl PoolBuilder {
             return Err(BuildError::BadCpuCount(cpus));
         }
         let mode = crate::percpu::resolve(self.per_cpu).map_err(BuildError::RseqUnavailable)?;
-        // At most half the pool in per-CPU caches: a cached frame is handed out by its CPU, and
-        // reached from another only by a taking (an interrupt), when all else is dry.
+        // At most half the pool in per-CPU caches (one frame a CPU at least, so a pool of fewer
+        // than two frames a CPU may have them all cached): a cached frame is handed out by its
+        // CPU, and reached from another only by a taking (an interrupt), when all else is dry.
         let cpu_cap = self.cache_max.min(frame_count / (2 * cpus)).max(1);
         let region = Region::map(frame_count, frame_size, self.huge_pages, self.populate)?;
         let cfg = Config {

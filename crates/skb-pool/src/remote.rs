@@ -49,6 +49,10 @@ use crate::packed;
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, fence, thread};
 
 /// An owner's wake callback: unpark its thread, write its eventfd, … (the kernel's IPI).
+///
+/// It runs on the freeing thread, in the middle of a free: keep it short, and do not panic in
+/// it (a panic there can unwind past the free's reference bookkeeping, and the pool is then
+/// never unmapped).
 pub type Wake = Arc<dyn Fn() + Send + Sync>;
 
 /// Where a remote free went.

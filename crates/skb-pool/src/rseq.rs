@@ -5,8 +5,9 @@
 //! This file owns nothing of the pool: it knows a per-CPU word (`count | ref delta`), an item
 //! array and a flag byte, and commits one store to the word. What the word means is
 //! the business of `percpu/`. Under `--cfg lockless_loom` and on other architectures the critical
-//! sections are compiled out ([`SUPPORTED`](crate::rseq::SUPPORTED) is `false`) and pools fall back to
-//! `PerCpu::Locked`.
+//! sections are compiled out ([`SUPPORTED`](crate::rseq::SUPPORTED) is `false`): `PerCpu::Auto`
+//! pools fall back to `PerCpu::Locked`, and building one with `PerCpu::Rseq` fails with
+//! `BuildError::RseqUnavailable`.
 //!
 //! # The area
 //!

@@ -482,8 +482,9 @@ impl Skb {
     /// bulk free of a completed list). Consecutive frames of one pool go in runs of up to
     /// [`Pool::BULK`](crate::Pool::BULK): per-CPU frames with the same home CPU back into its
     /// cache with one critical section when the thread runs there (one rseq section, or one
-    /// acquisition of the cache's try-lock), else into this CPU's outgoing batch with one
-    /// lock per batch and their references given back together; handle frames through this
+    /// acquisition of the cache's try-lock), else onto this CPU's outgoing stack for their
+    /// home (rseq pools) or into its outgoing batch with one lock per batch, their references
+    /// given back together; handle frames through this
     /// thread's handle, looked up once a run. Frames of the shared path are dropped as usual.
     ///
     /// ```

@@ -282,6 +282,49 @@ fn address_order_hands_frames_sent_home_out_lowest_address_first() {
     }
 }
 
+/// A dry cache's refill in `RefillOrder::Address` sorts at most 512 frames at a time: when its
+/// CPU's defer list holds more, the newest batches stay on the list and the oldest are sorted
+/// and handed out, so the frame that comes out first is the lowest of the oldest ones, not of
+/// whatever was sent last.
+#[test]
+fn an_address_order_refill_past_its_sort_limit_takes_the_oldest_batches() {
+    for mode in modes() {
+        // 1024-frame caches (room for every frame below), the kick past 1024 deferred (never
+        // reached here).
+        let pool = pool_builder(mode, 4096, 1024, 2048)
+            .refill_order(RefillOrder::Address)
+            .build()
+            .unwrap();
+        let mut all: Vec<Option<Skb>> = on_cpu(0, || {
+            std::iter::from_fn(|| pool.alloc().ok()).map(Some).collect()
+        });
+        assert_eq!(all.len(), 4096, "{mode:?}");
+        // 600 frames freed on CPU 1, lowest address first: the defer list of CPU 0 then holds
+        // more than 512 of them, the oldest the lowest.
+        let mut picks: Vec<usize> = (0..600).map(|i| i * 6).collect();
+        picks.sort_unstable_by_key(|&i| all[i].as_ref().unwrap().frame_addr());
+        let freed = free_on_cpu_1(&mut all, &picks);
+        let before = pool.per_cpu_stats();
+        assert!(before.cpus[0].deferred > 512, "{mode:?}: {before:?}");
+        let first = on_cpu(0, || pool.alloc().unwrap());
+        assert_eq!(
+            first.frame_addr(),
+            freed[0],
+            "{mode:?}: the refill took the newest batches: {:?}",
+            pool.per_cpu_stats()
+        );
+        // Every freed frame still comes out, each once.
+        let rest: Vec<Skb> = on_cpu(0, || std::iter::from_fn(|| pool.alloc().ok()).collect());
+        let mut again: Vec<u64> = rest.iter().map(Skb::frame_addr).collect();
+        again.push(first.frame_addr());
+        again.sort_unstable();
+        assert_eq!(again.len(), 600, "{mode:?}: {:?}", pool.per_cpu_stats());
+        assert_eq!(again, freed, "{mode:?}");
+        drop((first, rest, all));
+        assert_eq!(pool.stats().free, 4096, "{mode:?}");
+    }
+}
+
 /// A bulk free from another CPU that finds frames already waiting in its outgoing stack for the
 /// same home sends those first, topped up from its own run: a run of a whole batch or more
 /// sent straight home would overtake them (rseq pools; locked pools batch under a lock).

@@ -349,8 +349,9 @@ impl PoolInner {
 
     /// Frees a run of per-CPU frames that [`percpu_free_bulk`](Self::percpu_free_bulk) did
     /// not put back (all stamped home CPU `home`, each carrying a reference): from another
-    /// CPU, into that CPU's outgoing batch with one lock per batch, full batches sent home,
-    /// and every reference dropped with one critical section; on `home` itself (a full cache,
+    /// CPU, onto that CPU's outgoing stack for `home` (rseq pools of up to 32 CPUs) or into its
+    /// outgoing batch with one lock per batch, full batches sent home, and every reference
+    /// dropped with one critical section; on `home` itself (a full cache,
     /// a migration), or a CPU past the table, one by one.
     ///
     /// # Safety

@@ -10,13 +10,15 @@
 //! dry, or when kicked and the cache is at most half full or has room for half of `defer_max`,
 //! taking what the cache has room for (the newest batches stay on the list, still packed, for
 //! the next drain or another CPU's probe, rather than spill into the depot). A kicked drain
-//! puts the drained frames beneath those the cache still holds, which were freed before them.
+//! puts the drained frames beneath those the cache still holds, which were freed before them
+//! (beneath its top 256, `LIFT_MAX`: in a larger cache, above the older rest).
 //! Remote frees travel in batches, packed (`packed.rs`): the home CPU learns a batch's
 //! addresses from a few metadata lines and pushes them into its cache with one critical
 //! section, instead of walking a chain of frames another core wrote, one dependent miss a frame.
-//! A batch gathers on the freeing CPU: in an rseq pool on that CPU's stack for the home CPU
-//! (`outstack.rs`: one section a frame, like a local free), in a locked pool (or when a stack
-//! is being taken) in the CPU's outgoing batch behind a try-lock (`outgoing.rs`). Every cache
+//! A batch gathers on the freeing CPU: in an rseq pool of up to 32 CPUs on that CPU's stack for
+//! the home CPU (`outstack.rs`: one section a frame, like a local free), in a locked pool, a
+//! larger one, or when a stack is being taken, in the CPU's outgoing batch behind a try-lock
+//! (`outgoing.rs`). Every cache
 //! operation is one critical section that commits with a single store of the word:
 //!
 //! - [`PerCpu::Rseq`]: a restartable sequence (`rseq.rs`), no lock and no atomic RMW; the
@@ -44,9 +46,9 @@
 //! frame sent home is hot on another core, and keeping the order in which frames circulate
 //! keeps a producer's frames at a fixed stride, which the hardware prefetcher follows. A push
 //! to a full cache first flushes half of it to the depot (DPDK's hysteresis). A CPU's cache
-//! holds at most `min(cache_max, frame_count / (2 × cpus))` frames, so the caches together
-//! never hold more than half the pool, and takings, which interrupt the CPU taken from in an
-//! rseq pool, stay rare.
+//! holds at most `min(cache_max, frame_count / (2 × cpus))` frames (at least one), so the
+//! caches together never hold more than half the pool (unless it has fewer than two frames a
+//! CPU), and takings, which interrupt the CPU taken from in an rseq pool, stay rare.
 //!
 //! A taking holds the other CPU's cache as a lock would: in a locked pool by its try-lock; in
 //! an rseq pool by the cache's flag byte, which every section on it checks at its start, set

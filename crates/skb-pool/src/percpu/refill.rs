@@ -243,8 +243,10 @@ impl PoolInner {
             total += unsafe { packed::total(&head) };
             taken.push_back(head);
         }
+        // What does not fit, or is past `limit`, goes back: the newest batches first, so that
+        // the oldest are taken (they are to go out first).
         let room = pc.cap.saturating_sub(pc.cached(cpu) + reserve) + usize::from(keep_last);
-        let mut excess = total.saturating_sub(room);
+        let mut excess = total.saturating_sub(room.min(limit));
         let (mut back, mut back_n) = (Fifo::new(), 0);
         let (mut got, mut given) = (None, 0);
         let mut next = taken.pop_front();
@@ -253,6 +255,9 @@ impl PoolInner {
             let last = next.is_none();
             // SAFETY: as above.
             let k = unsafe { packed::total(&head) };
+            // `given + k > limit` only guards the caller's array: with `excess` counted
+            // against `limit`, the batches left fit under it (and a kept last batch alone does,
+            // being at most one pack).
             if (excess > 0 && !(last && keep_last)) || given + k > limit {
                 excess = excess.saturating_sub(k);
                 back_n += k;

@@ -59,13 +59,13 @@ impl PerCpuState {
     }
 
     /// One rseq attempt of `op` on the current CPU's cache, for the inlined fast paths:
-    /// `Some` if it committed (the popped item, 0 for push, and the CPU), `None` for everything
-    /// else — a `Locked` pool, no area, not on CPU `want`, a CPU past the table, an empty or
-    /// full cache, a flagged cache (a taker holds it, or the pool is dying), an abort
-    /// (counted) — after which the caller takes the full
-    /// path ([`run`](Self::run), out of line), which starts over: an attempt that did not
-    /// commit left no trace. Kept to the rseq section alone so that it inlines into callers'
-    /// loops.
+    /// `Ok` if it committed (the popped item, 0 for push, and the CPU); `Err(Some(cpu))` if the
+    /// thread runs on `cpu`, not on CPU `want` (a free then goes the remote way at once);
+    /// `Err(None)` for everything else — a `Locked` pool, no area, a CPU past the table, an
+    /// empty or full cache, a flagged cache (a taker holds it, or the pool is dying), an abort
+    /// (counted) — after which the caller takes the full path ([`run`](Self::run), out of
+    /// line), which starts over: an attempt that did not commit left no trace. Kept to the
+    /// rseq section alone so that it inlines into callers' loops.
     #[inline(always)]
     pub(super) fn try_fast(&self, want: Option<u32>, op: Op) -> Result<(usize, u32), Option<u32>> {
         if self.mode != PerCpu::Rseq {

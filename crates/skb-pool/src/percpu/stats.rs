@@ -56,7 +56,8 @@ pub struct PerCpuStats {
     pub bulk_aborts: u64,
     /// Allocations and frees that took the shared path (no cache for the thread at the time).
     pub shared_path: u64,
-    /// Allocations that found their CPU's cache empty and refilled it.
+    /// Allocations that found their CPU's cache empty, or had no cache (the shared path),
+    /// and looked for frames in the other sources.
     pub refills: u64,
     /// Defer-list drains into a CPU's cache after a kick.
     pub drains: u64,
