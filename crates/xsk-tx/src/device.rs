@@ -164,7 +164,7 @@ impl<Q: Qdisc<Skb>> XskDevice<Q> {
         for q in queues {
             let sock = XskSocket::bind(&umem, ifname, q, cfg)?;
             mode = sock.mode();
-            let driver = XskDriver::new(sock, pool);
+            let driver = XskDriver::new(sock, pool)?;
             counters.push(driver.counters());
             out.push(txq.clone().build(qdisc(q), driver).map_err(Error::Config)?);
         }

@@ -11,7 +11,7 @@ use llist_defer::Fifo;
 use qdisc::{Driver, DropReason, ToFree, TxResult};
 use skb_pool::{Pool, Skb};
 
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::pool_umem::InFlight;
 use crate::socket::{XdpDesc, XskSocket};
 use crate::sync::{AtomicU64, Ordering};
@@ -138,15 +138,24 @@ impl fmt::Debug for XskDriver {
 impl XskDriver {
     /// A driver over `sock`, whose UMEM must be `pool`'s region ([`Umem::from_pool`]).
     ///
+    /// # Errors
+    ///
+    /// [`Error::WrongPool`] if `sock`'s UMEM is not `pool`'s region.
+    ///
     /// [`Umem::from_pool`]: crate::Umem::from_pool
-    pub fn new(sock: XskSocket, pool: &Pool) -> XskDriver {
+    pub fn new(sock: XskSocket, pool: &Pool) -> Result<XskDriver> {
+        if !sock.umem().is_region_of(pool) {
+            return Err(Error::WrongPool {
+                what: "XskDriver::new",
+            });
+        }
         let frame = sock.umem().frame_size();
         let max_len = (sock.mtu() + ETH_HLEN).min(frame);
         let counters = Arc::new(Counters {
             queue: sock.queue(),
             ..Counters::default()
         });
-        XskDriver {
+        Ok(XskDriver {
             sock: Some(sock),
             pool: pool.clone(),
             inflight: InFlight::new(pool),
@@ -157,7 +166,7 @@ impl XskDriver {
             unkicked: 0,
             kick_batch: KICK_BATCH,
             counters,
-        }
+        })
     }
 
     pub(crate) fn counters(&self) -> Arc<Counters> {
@@ -213,15 +222,24 @@ impl XskDriver {
         self.paused = paused;
     }
 
-    /// Reaps completions in batches, each frame going home to its owner; returns how many.
+    /// Kicks the kernel if TX descriptors wait and it asks for a wakeup, then reaps
+    /// completions in batches, each frame going home to its owner; returns how many. A failed
+    /// kick is counted ([`link_error`](Self::link_error) keeps a link failure) and the
+    /// completions that did arrive are reaped all the same.
     pub fn reap(&mut self) -> usize {
+        self.kick();
+        self.take_completions()
+    }
+
+    /// [`reap`](Self::reap) without the kick.
+    fn take_completions(&mut self) -> usize {
         let Some(sock) = self.sock.as_mut() else {
             return 0;
         };
         let (pool, inflight) = (&self.pool, &mut self.inflight);
         let (mut done, mut bad) = (0u64, 0u64);
         loop {
-            let r = sock.reap_completions(REAP_BATCH, |addr| match inflight.take(addr) {
+            let n = sock.take_completions(REAP_BATCH, |addr| match inflight.take(addr) {
                 Some(a) => match pool.skb_from_addr(a) {
                     // The remote-free path: back to the owner's cache or defer list.
                     Ok(skb) => {
@@ -232,13 +250,8 @@ impl XskDriver {
                 },
                 None => bad += 1,
             });
-            match r {
-                Ok(n) if n == REAP_BATCH as usize => continue,
-                Ok(_) => break,
-                Err(e) => {
-                    self.counters.kick_failed(&e);
-                    break;
-                }
+            if n < REAP_BATCH as usize {
+                break;
             }
         }
         Counters::add(&self.counters.completed, done);
@@ -249,11 +262,10 @@ impl XskDriver {
         done as usize
     }
 
-    /// Reaps completions, kicks the kernel if TX descriptors wait, and re-evaluates whether the
+    /// Kicks the kernel if TX descriptors wait, reaps completions, and re-evaluates whether the
     /// TX ring is full. Returns whether the queue was stopped before (the caller then wakes it).
     pub fn service(&mut self) -> bool {
         let was = self.stopped;
-        self.kick();
         self.reap();
         if let Some(sock) = self.sock.as_mut() {
             self.stopped = sock.tx_free(1) == 0;
@@ -335,9 +347,9 @@ impl Driver<Skb> for XskDriver {
         debug_assert_eq!(n, self.descs.len());
         self.unkicked += n as u32;
         if self.unkicked >= self.kick_batch || !batch.is_empty() {
-            self.kick();
-            // Keep the completion ring short, as the minimal loop does: a full one makes the
-            // kernel refuse to send, and every frame reaped here is one the producer can reuse.
+            // Kick, and keep the completion ring short, as the minimal loop does: a full one
+            // makes the kernel refuse to send, and every frame reaped here is one the producer
+            // can reuse.
             self.reap();
         }
         let c = &self.counters;

@@ -27,7 +27,7 @@ pub enum Error {
         ifname: String,
         /// Queue asked for.
         queue: u32,
-        /// Queues the device has (the smaller of its RX and TX counts).
+        /// Queues the device has (the larger of its RX and TX counts).
         count: u32,
     },
     /// Zero-copy was demanded but the driver cannot do it for this queue.
@@ -41,6 +41,35 @@ pub enum Error {
         len: u32,
         /// Largest packet a frame holds at that offset.
         max: u32,
+    },
+    /// A TX descriptor the kernel would skip without ever completing it, so that its frame
+    /// would not come back: a zero length, or option bits (these sockets are bound without
+    /// `XDP_USE_SG` and without TX metadata, so they take none).
+    BadDescriptor {
+        /// The descriptor's address (an offset into the UMEM).
+        addr: u64,
+        /// Its length in bytes.
+        len: u32,
+        /// Its option bits.
+        options: u32,
+    },
+    /// Descriptors went onto a ring, and then waking the kernel for them failed. The
+    /// `queued` frames belong to the kernel now: on the TX ring until their completions are
+    /// reaped (or the socket closes), on the fill ring until packets arrive in them (or the
+    /// socket closes). [`Error::queued`] reads the count from any error.
+    Queued {
+        /// Which ring (`"TX"` or `"fill"`).
+        ring: &'static str,
+        /// Descriptors the call put on the ring.
+        queued: usize,
+        /// Why the wakeup failed (for instance [`Error::LinkDown`]).
+        source: Box<Error>,
+    },
+    /// Frames of one pool were offered to a socket whose UMEM is not that pool's region: the
+    /// kernel would read or write whatever frames sit at the same offsets there.
+    WrongPool {
+        /// What was given the pool (`"XskRx::fill"`, `"XskDriver::new"`).
+        what: &'static str,
     },
     /// A packet is longer than the interface's MTU plus the Ethernet header.
     LargerThanMtu {
@@ -111,9 +140,10 @@ pub enum Error {
     },
     /// The interface of a bound socket went down (`ENETDOWN`: `ip link set DEV down`) or
     /// disappeared (`ENXIO`/`ENODEV`: unregistered, e.g. its veth peer or namespace was
-    /// deleted) while the socket was in use. Frames on the TX ring stay there (they come back
-    /// to the pool when the socket closes); an [`XskDevice`](crate::XskDevice) deactivates the
-    /// queue.
+    /// deleted) while the socket was in use. Frames on the TX ring stay there: an
+    /// [`XskDevice`](crate::XskDevice) deactivates the queue and takes every frame back when
+    /// it closes; a bare [`XskSocket`](crate::XskSocket)'s caller owns them again once the
+    /// socket, and every socket sharing its UMEM, is closed.
     LinkDown {
         /// Interface name.
         ifname: String,
@@ -162,7 +192,17 @@ impl Error {
             | Error::KernelTooOld { source, .. }
             | Error::LinkDown { source, .. }
             | Error::Io { source, .. } => source.raw_os_error(),
+            Error::Queued { source, .. } => source.raw_os_error(),
             _ => None,
+        }
+    }
+
+    /// Descriptors the failed call had already put on a ring ([`Error::Queued`]); 0 for every
+    /// other error, which left the rings as they were.
+    pub fn queued(&self) -> usize {
+        match self {
+            Error::Queued { queued, .. } => *queued,
+            _ => 0,
         }
     }
 }
@@ -197,6 +237,28 @@ impl fmt::Display for Error {
                 f,
                 "packet of {len} bytes does not fit in its UMEM frame (at most {max} bytes at \
                  that offset); use larger frames or shorter packets"
+            ),
+            Error::BadDescriptor { addr, len, options } => write!(
+                f,
+                "TX descriptor at {addr:#x} (length {len}, options {options:#x}) would be skipped \
+                 by the kernel and never completed: a packet needs at least one byte, and these \
+                 sockets take no option bits (no XDP_USE_SG, no TX metadata); use \
+                 `XdpDesc::new(addr, len)` with len > 0"
+            ),
+            Error::Queued {
+                ring,
+                queued,
+                source,
+            } => write!(
+                f,
+                "{queued} descriptor(s) went onto the {ring} ring, then waking the kernel failed: \
+                 {source}; those frames belong to the kernel until it hands them back (or the \
+                 socket closes)"
+            ),
+            Error::WrongPool { what } => write!(
+                f,
+                "{what}: the pool is not the one whose region this socket's UMEM registers; use \
+                 the Pool the UMEM was built from (`Umem::from_pool`, `XskRx::open`)"
             ),
             Error::LargerThanMtu { len, mtu } => write!(
                 f,
@@ -278,6 +340,7 @@ impl std::error::Error for Error {
             | Error::LinkDown { source, .. }
             | Error::Io { source, .. } => Some(source),
             Error::Config(e) => Some(e),
+            Error::Queued { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }
@@ -293,6 +356,10 @@ impl From<Error> for io::Error {
                 io::ErrorKind::Unsupported
             }
             Error::Io { source, .. } | Error::LinkDown { source, .. } => source.kind(),
+            Error::Queued { source, .. } => match source.raw_os_error() {
+                Some(errno) => io::Error::from_raw_os_error(errno).kind(),
+                None => io::ErrorKind::Other,
+            },
             _ => io::ErrorKind::InvalidInput,
         };
         io::Error::new(kind, e)

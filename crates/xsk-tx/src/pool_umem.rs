@@ -86,6 +86,13 @@ impl Umem {
     pub fn from_pool(pool: &Pool, rx_headroom: u32) -> Result<Umem> {
         Umem::new(PoolRegion::new(pool)?, rx_headroom)
     }
+
+    /// Whether this UMEM registers `pool`'s region (so that the addresses its frames hand
+    /// out name those frames here).
+    pub fn is_region_of(&self, pool: &Pool) -> bool {
+        let r = pool.region();
+        self.covers(r.base().cast_const(), r.len())
+    }
 }
 
 /// Frames this UMEM's user handed to the kernel, by frame index: the address each went out

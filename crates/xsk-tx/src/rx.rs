@@ -6,7 +6,7 @@
 
 use skb_pool::{Pool, PoolHandle, Skb};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pool_umem::InFlight;
 use crate::socket::{SocketConfig, XskSocket};
 use crate::umem::Umem;
@@ -18,7 +18,8 @@ pub struct XskRxStats {
     pub filled: u64,
     /// Packets received.
     pub received: u64,
-    /// RX descriptors that matched no frame of ours (never freed).
+    /// RX descriptors that matched no frame of ours (nothing freed), or named one with a length
+    /// past its frame (that frame went home unread).
     pub bad_descs: u64,
     /// Frames in the kernel now (fill ring, or being written).
     pub in_kernel: u64,
@@ -70,8 +71,16 @@ impl XskRx {
     ///
     /// # Errors
     ///
-    /// As [`XskSocket::fill`] (the frames stay ours then).
+    /// [`Error::WrongPool`] if `handle` is not of this receiver's pool (nothing filled); as
+    /// [`XskSocket::fill`]: frames that did not go on the ring come back to the pool, and if
+    /// the wakeup after filling failed, those that did ([`Error::queued`] of them, counted in
+    /// the stats) are the kernel's.
     pub fn fill(&mut self, handle: &mut PoolHandle, max: usize) -> Result<usize> {
+        if !handle.pool().ptr_eq(&self.pool) {
+            return Err(Error::WrongPool {
+                what: "XskRx::fill",
+            });
+        }
         let mut done = 0;
         while done < max {
             let Some(sock) = self.sock.as_mut() else {
@@ -92,7 +101,10 @@ impl XskRx {
             let n = match sock.fill(&self.addrs) {
                 Ok(n) => n,
                 Err(e) => {
-                    self.take_back_unfilled(0);
+                    // What went on the ring before the wakeup failed is the kernel's now.
+                    self.take_back_unfilled(e.queued());
+                    self.stats.filled += (done + e.queued()) as u64;
+                    self.stats.in_kernel = self.inflight.len() as u64;
                     return Err(e);
                 }
             };
@@ -130,15 +142,22 @@ impl XskRx {
         let (pool, inflight) = (&self.pool, &mut self.inflight);
         let (mut got, mut bad) = (0u64, 0u64);
         let n = sock.receive(max, |d| {
-            let skb = inflight
-                .take(d.addr)
-                .and_then(|_| pool.skb_from_rx(d.addr, d.len).ok());
-            match skb {
-                Some(skb) => {
+            let Some(addr) = inflight.take(d.addr) else {
+                // No frame of ours went out with this address: nothing to take back.
+                bad += 1;
+                return;
+            };
+            match pool.skb_from_rx(d.addr, d.len) {
+                Ok(skb) => {
                     got += 1;
                     f(skb);
                 }
-                None => bad += 1,
+                Err(_) => {
+                    // Ours, but the descriptor is bad (a length past the frame): the frame
+                    // goes home unread rather than stay out of every list.
+                    bad += 1;
+                    drop(pool.skb_from_addr(addr));
+                }
             }
         })?;
         self.stats.received += got;

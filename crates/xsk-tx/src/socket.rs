@@ -126,7 +126,9 @@ impl SocketConfig {
         self.mode = mode;
         self
     }
-    /// Whether to ask for `XDP_USE_NEED_WAKEUP` (kick only when the kernel asks).
+    /// Whether to ask for `XDP_USE_NEED_WAKEUP` (kick only when the kernel asks). A socket
+    /// that shares another's UMEM gets the setting that UMEM's own socket was bound with, as
+    /// the kernel applies it ([`XskSocket::uses_need_wakeup`] says which).
     pub fn need_wakeup(mut self, on: bool) -> Self {
         self.need_wakeup = on;
         self
@@ -227,6 +229,20 @@ fn map_ring<T>(
     size: u32,
     pgoff: libc::off_t,
 ) -> Result<RingParts<T>> {
+    // The kernel lays a ring out as three u32 words (producer, consumer, flags) before the
+    // descriptors; offsets outside that shape would make the pointers below point anywhere.
+    let word = |o: u64| o % 4 == 0 && o + 4 <= off.desc;
+    if !(word(off.producer)
+        && word(off.consumer)
+        && word(off.flags)
+        && off.desc % align_of::<T>() as u64 == 0
+        && off.desc < 1 << 20)
+    {
+        return Err(Error::Io {
+            op: "getsockopt(XDP_MMAP_OFFSETS) (ring offsets out of shape)",
+            source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+        });
+    }
     let len = off.desc as usize + size as usize * size_of::<T>();
     let map = sys::Mmap::ring(fd, len, pgoff).map_err(|e| Error::Io {
         op: "mmap(ring)",
@@ -234,7 +250,8 @@ fn map_ring<T>(
     })?;
     let base = map.ptr();
     let at = |o: u64| {
-        // SAFETY: the kernel's offsets lie inside the mapping it sized for this ring.
+        // SAFETY: every offset was checked above to lie inside `len` bytes, the mapping's
+        // length: the words below `desc`, the descriptors from it.
         unsafe { base.add(o as usize) }
     };
     Ok(RingParts {
@@ -286,6 +303,11 @@ fn create_rings(fd: BorrowedFd<'_>, cfg: &SocketConfig) -> Result<Unbound> {
             source: std::io::Error::from_raw_os_error(libc::ENOPROTOOPT),
         });
     }
+    // The UMEM rings' page offsets (1 << 32 and up) need a 64-bit `off_t`.
+    const _: () = assert!(
+        size_of::<libc::off_t>() == 8,
+        "xsk-tx needs a 64-bit off_t (the AF_XDP UMEM ring offsets do not fit in 32 bits)"
+    );
     let fill_pgoff = libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t;
     let comp_pgoff = libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t;
     // The parts below come from `map_ring`, which maps exactly the kernel's ring of `size`
@@ -312,6 +334,20 @@ fn create_rings(fd: BorrowedFd<'_>, cfg: &SocketConfig) -> Result<Unbound> {
         None
     };
     Ok(Unbound { tx, comp, rx, fill })
+}
+
+/// A wakeup's failure after `n` descriptors went onto `ring`: [`Error::Queued`] if the call
+/// queued any (they are the kernel's now), else the failure itself.
+fn queued(ring: &'static str, n: usize, e: Error) -> Error {
+    if n == 0 {
+        e
+    } else {
+        Error::Queued {
+            ring,
+            queued: n,
+            source: Box::new(e),
+        }
+    }
 }
 
 /// Looks the interface up: index, queue count (if the driver reports it) and MTU.
@@ -396,11 +432,12 @@ impl XskSocket {
             }
         }
         let mut owner = umem.inner.owner.lock().unwrap_or_else(|p| p.into_inner());
-        let (fd, shared) = match *owner {
-            OwnerState::Free => (SockFd::Umem, false),
+        let (fd, shared, need_wakeup) = match *owner {
+            OwnerState::Free => (SockFd::Umem, false, cfg.need_wakeup),
             OwnerState::Bound {
                 ifindex: i,
                 queue: q,
+                ..
             } if (i, q) == (ifindex, queue) => {
                 // The kernel would share the owner's fill and completion rings here, which
                 // this API does not model: one socket per queue.
@@ -411,9 +448,14 @@ impl XskSocket {
                     ),
                 });
             }
-            OwnerState::Bound { .. } => {
-                (SockFd::Own(sys::xdp_socket().map_err(socket_error)?), true)
-            }
+            // The kernel applies the owner's need_wakeup to every socket sharing its UMEM
+            // (`xp_assign_dev_shared`): a shared socket that assumed it on, with the owner
+            // bound without it, would wait for a wakeup request that never comes.
+            OwnerState::Bound { need_wakeup, .. } => (
+                SockFd::Own(sys::xdp_socket().map_err(socket_error)?),
+                true,
+                need_wakeup,
+            ),
             OwnerState::Spent => {
                 return Err(Error::Busy {
                     what: "this UMEM's own socket failed to bind earlier and cannot be bound \
@@ -488,7 +530,11 @@ impl XskSocket {
             });
         }
         if !shared {
-            *owner = OwnerState::Bound { ifindex, queue };
+            *owner = OwnerState::Bound {
+                ifindex,
+                queue,
+                need_wakeup,
+            };
         }
         drop(owner);
         let (opts, _) = sys::getsockopt::<libc::xdp_options>(raw, libc::SOL_XDP, libc::XDP_OPTIONS)
@@ -507,9 +553,6 @@ impl XskSocket {
                 ifname: ifname.to_owned(),
             });
         }
-        // Shared sockets inherit need_wakeup from the UMEM's socket; a set flag on the fill
-        // ring is how the kernel shows it, but reading it is racy, so assume it is on when the
-        // config asks: kicking when not needed is harmless.
         Ok(XskSocket {
             tx: rings.tx,
             comp: rings.comp,
@@ -521,7 +564,7 @@ impl XskSocket {
             ifindex,
             queue,
             mode,
-            need_wakeup: cfg.need_wakeup,
+            need_wakeup,
             mtu,
             in_flight: 0,
             kicks: 0,
@@ -581,8 +624,18 @@ impl XskSocket {
         self.kicks
     }
 
-    /// Checks that a TX descriptor is inside the UMEM, within one frame, and within the MTU.
+    /// Checks that a TX descriptor is one the kernel will send and complete: inside the UMEM,
+    /// within one frame, within the MTU, at least one byte long and without option bits (the
+    /// kernel's `xp_aligned_validate_desc` skips a descriptor of length 0 or with options it
+    /// does not expect, and never completes it).
     pub fn check_tx(&self, desc: &XdpDesc) -> Result<()> {
+        if desc.len == 0 || desc.options != 0 {
+            return Err(Error::BadDescriptor {
+                addr: desc.addr,
+                len: desc.len,
+                options: desc.options,
+            });
+        }
         self.umem.check(desc.addr, desc.len)?;
         if desc.len > self.mtu + ETH_HLEN {
             return Err(Error::LargerThanMtu {
@@ -598,6 +651,12 @@ impl XskSocket {
     /// its address comes back from [`reap_completions`](Self::reap_completions).
     ///
     /// Every descriptor is checked first; a bad one fails the whole call, with nothing queued.
+    ///
+    /// # Errors
+    ///
+    /// [`check_tx`](Self::check_tx)'s errors and [`Error::NoRing`], with nothing queued; if
+    /// the kick after queueing fails, [`Error::Queued`] with the count queued (those frames
+    /// are the kernel's), or the kick's own error if this call queued nothing.
     pub fn transmit(&mut self, descs: &[XdpDesc]) -> Result<usize> {
         if self.tx.is_none() {
             return Err(Error::NoRing { ring: "TX" });
@@ -608,7 +667,7 @@ impl XskSocket {
         let tx = self.tx.as_mut().ok_or(Error::NoRing { ring: "TX" })?;
         let n = tx.produce(descs);
         self.in_flight += n as u64;
-        self.kick_if_needed()?;
+        self.kick_if_needed().map_err(|e| queued("TX", n, e))?;
         Ok(n)
     }
 
@@ -684,11 +743,23 @@ impl XskSocket {
 
     /// Takes up to `max` completed TX frame addresses off the completion ring, handing each to
     /// `f`; returns how many. Kicks the kernel first if TX descriptors are still waiting.
+    ///
+    /// # Errors
+    ///
+    /// The kick's ([`kick`](Self::kick)), returned after the completions were taken anyway:
+    /// every address handed to `f` is the caller's whatever the result.
     pub fn reap_completions(&mut self, max: u32, f: impl FnMut(u64)) -> Result<usize> {
-        self.kick_if_needed()?;
+        let kicked = self.kick_if_needed();
+        let n = self.take_completions(max, f);
+        kicked.map(|()| n)
+    }
+
+    /// Takes up to `max` completed TX frame addresses off the completion ring, without a kick
+    /// (for a caller that kicks on its own schedule); returns how many.
+    pub(crate) fn take_completions(&mut self, max: u32, f: impl FnMut(u64)) -> usize {
         let n = self.comp.consume(max, f);
         self.in_flight = self.in_flight.saturating_sub(n as u64);
-        Ok(n)
+        n
     }
 
     /// Gives frames to the kernel for receiving (fill ring); returns how many fit, a prefix of
@@ -703,14 +774,15 @@ impl XskSocket {
     /// # Errors
     ///
     /// [`Error::BadAddress`] if an address is not a frame of this socket's UMEM
-    /// (nothing is filled then); an I/O error from the wakeup.
+    /// (nothing is filled then); if the wakeup after filling fails, [`Error::Queued`] with the
+    /// count filled (`addrs[..queued]` are the kernel's, the rest still the caller's).
     pub fn fill(&mut self, addrs: &[u64]) -> Result<usize> {
         for &a in addrs {
             self.umem.check(a, 0)?;
         }
         let n = self.fill.produce(addrs);
         if n > 0 && self.need_wakeup && self.fill.needs_wakeup() {
-            self.wake_rx()?;
+            self.wake_rx().map_err(|e| queued("fill", n, e))?;
         }
         Ok(n)
     }

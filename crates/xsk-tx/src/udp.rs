@@ -154,38 +154,71 @@ impl UdpIoUring {
         for chunk in payloads.chunks(self.depth as usize) {
             {
                 let mut sq = self.ring.submission();
+                // Every earlier call reaped all it submitted, so the queue is empty; checked
+                // before the first push, so that an error leaves no entry behind for the next
+                // call to submit.
+                if sq.capacity() - sq.len() < chunk.len() {
+                    return Err(io::Error::other("io_uring submission queue full"));
+                }
                 for (i, p) in chunk.iter().enumerate() {
                     let sqe = opcode::Send::new(fd, p.as_ptr(), p.len() as u32)
                         .build()
                         .user_data(i as u64);
-                    // SAFETY: the payload buffer outlives the operation: we wait for every
-                    // completion of this chunk below before returning or touching `payloads`
-                    // again. The queue has room: it holds `depth` entries and is drained.
-                    if unsafe { sq.push(&sqe) }.is_err() {
-                        return Err(io::Error::other("io_uring submission queue full"));
-                    }
+                    // SAFETY: the payload buffer outlives the operation: every entry pushed
+                    // here is completed below before this call returns or touches `payloads`
+                    // again (`wait_for`, on every path). The room was checked above.
+                    let pushed = unsafe { sq.push(&sqe) };
+                    assert!(
+                        pushed.is_ok(),
+                        "the submission queue had room for the chunk"
+                    );
                 }
             }
-            let mut done = 0;
-            while done < chunk.len() {
-                match self.ring.submit_and_wait(chunk.len() - done) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
+            self.wait_for(chunk.len(), |res| {
+                if res >= 0 {
+                    sent += 1;
+                } else if first_err.is_none() {
+                    first_err = Some(io::Error::from_raw_os_error(-res));
                 }
-                for cqe in self.ring.completion() {
-                    done += 1;
-                    if cqe.result() >= 0 {
-                        sent += 1;
-                    } else if first_err.is_none() {
-                        first_err = Some(io::Error::from_raw_os_error(-cqe.result()));
-                    }
-                }
-            }
+            });
         }
         match first_err {
             Some(e) if sent == 0 => Err(e),
             _ => Ok(sent),
+        }
+    }
+
+    /// Submits what is queued and waits for `n` completions, handing each result to `each`. Never
+    /// returns before all `n` arrived: the kernel reads the callers' buffers until then.
+    /// Transient failures of the wait (`EINTR`, `EAGAIN`, `EBUSY`) are retried; any other
+    /// means the ring itself is broken, and the process aborts rather than return while the
+    /// kernel may still read memory the caller is about to free.
+    fn wait_for(&mut self, n: usize, mut each: impl FnMut(i32)) {
+        let mut done = 0;
+        while done < n {
+            match self.ring.submit_and_wait(n - done) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) =>
+                {
+                    std::thread::yield_now();
+                }
+                Err(e) => {
+                    eprintln!(
+                        "io_uring_enter failed with {} sends in flight ({e}); aborting: the \
+                         kernel may still read their buffers",
+                        n - done
+                    );
+                    std::process::abort();
+                }
+            }
+            for cqe in self.ring.completion() {
+                done += 1;
+                each(cqe.result());
+            }
         }
     }
 }

@@ -112,6 +112,9 @@ pub(crate) enum OwnerState {
         ifindex: u32,
         /// Queue it is bound to.
         queue: u32,
+        /// Whether it was bound with `XDP_USE_NEED_WAKEUP`: sockets sharing the UMEM inherit
+        /// that setting from it, whatever their own configuration says.
+        need_wakeup: bool,
     },
     /// A bind on it failed after its rings were created; it cannot be bound again.
     Spent,
@@ -229,6 +232,11 @@ impl Umem {
                 _region: region,
             }),
         })
+    }
+
+    /// Whether this UMEM registers exactly `base..base + len`.
+    pub(crate) fn covers(&self, base: *const u8, len: usize) -> bool {
+        core::ptr::eq(self.inner.base.as_ptr().cast_const(), base) && self.inner.len == len
     }
 
     /// Size of one frame in bytes.

@@ -162,6 +162,31 @@ fn typed_errors_on_a_real_veth() {
             assert!(e.to_string().contains("mtu"), "{e}");
             let e = sock.transmit(&[XdpDesc::new(64 * 2048, 60)]).unwrap_err();
             assert!(matches!(e, Error::BadAddress { .. }), "{e}");
+            // Descriptors the kernel would skip without a completion (xp_aligned_validate_desc:
+            // `!desc->len`, option bits the socket did not enable): refused here, or their
+            // frames would never come back.
+            let e = sock
+                .transmit(&[XdpDesc::new(0, 60), XdpDesc::new(2048, 0)])
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::BadDescriptor {
+                        addr: 2048,
+                        len: 0,
+                        options: 0
+                    }
+                ),
+                "{e}"
+            );
+            let contd = XdpDesc {
+                options: 1,
+                ..XdpDesc::new(0, 60)
+            };
+            let e = sock.transmit(&[contd]).unwrap_err();
+            assert!(matches!(e, Error::BadDescriptor { options: 1, .. }), "{e}");
+            assert!(e.to_string().contains("XdpDesc::new"), "{e}");
+            assert_eq!(e.queued(), 0);
             assert_eq!(sock.in_flight(), 0, "a failed call queues nothing");
 
             // Copy-mode TX budget: 32 up to the TX ring size.
@@ -177,6 +202,13 @@ fn typed_errors_on_a_real_veth() {
             // No RX ring configured.
             let e = sock.receive(1, |_| {}).unwrap_err();
             assert!(matches!(e, Error::NoRing { ring: "RX" }), "{e}");
+
+            // A driver over a UMEM that is not the pool's region: its frames' addresses would
+            // name other memory to the kernel.
+            let pool = skb_pool::Pool::builder().frame_count(64).build().unwrap();
+            let e = xsk_tx::XskDriver::new(sock, &pool).unwrap_err();
+            assert!(matches!(e, Error::WrongPool { .. }), "{e}");
+            assert!(e.to_string().contains("Umem::from_pool"), "{e}");
         })
         .unwrap();
 }

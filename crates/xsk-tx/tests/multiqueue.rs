@@ -1,7 +1,7 @@
 //! One AF_XDP socket per queue of a 4-queue veth, all sharing one UMEM (`XDP_SHARED_UMEM`):
 //! traffic from many kernel UDP sockets in namespace B spreads over the queues by flow hash and
 //! arrives on the matching sockets, and each socket transmits its share to a kernel receiver.
-//! Nothing is lost either way.
+//! Nothing is lost either way. A socket sharing the UMEM takes its owner's need_wakeup setting.
 
 mod common;
 
@@ -208,4 +208,44 @@ fn one_socket_per_queue_with_shared_umem() {
         frames_ok,
         "every frame is back: TX half on the free list, RX half in fill rings"
     );
+}
+
+/// A socket sharing a UMEM takes the need_wakeup setting the UMEM's own socket was bound with,
+/// as the kernel does (`xp_assign_dev_shared`): asking for it on a shared socket whose owner went
+/// without it must not leave transmits waiting for a wakeup request the kernel never makes.
+#[test]
+fn a_shared_socket_takes_the_umem_owners_need_wakeup() {
+    let Some(veth) = netns::veth_or_skip("a_shared_socket_takes_the_umem_owners_need_wakeup", 2)
+    else {
+        return;
+    };
+    let ifname = veth.a.ifname.clone();
+    veth.a
+        .ns
+        .run(move || {
+            let umem = Umem::new(MmapRegion::new(64, 2048).unwrap(), 0).unwrap();
+            let cfg = SocketConfig::new().tx_size(64).comp_size(64).fill_size(64);
+            let owner =
+                XskSocket::bind(&umem, &ifname, 0, &cfg.clone().need_wakeup(false)).unwrap();
+            assert!(!owner.uses_need_wakeup());
+            let mut shared =
+                XskSocket::bind(&umem, &ifname, 1, &cfg.clone().need_wakeup(true)).unwrap();
+            assert!(shared.is_shared());
+            assert!(!shared.uses_need_wakeup(), "the owner's setting applies");
+            // One frame out through the shared socket comes back as a completion.
+            assert_eq!(shared.transmit(&[XdpDesc::new(0, 60)]).unwrap(), 1);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut done = Vec::new();
+            while done.is_empty() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the transmit was never completed"
+                );
+                shared.reap_completions(8, |a| done.push(a)).unwrap();
+                std::thread::yield_now();
+            }
+            assert_eq!(done, [0]);
+            drop(owner);
+        })
+        .unwrap();
 }

@@ -60,6 +60,13 @@ fn receives_into_pool_frames_freed_by_a_worker() {
             let mut rx = XskRx::open(&pool, &ifname, 0, &cfg).unwrap();
             let prog = XdpRedirect::attach(&ifname, AttachMode::Native, 1).unwrap();
             prog.register(rx.socket().unwrap()).unwrap();
+            // A handle of another pool is refused: its frames' addresses would name this
+            // pool's frames to the kernel.
+            let other = Pool::builder().frame_count(64).build().unwrap();
+            let e = rx.fill(&mut other.handle().unwrap(), 8).unwrap_err();
+            assert!(matches!(e, xsk_tx::Error::WrongPool { .. }), "{e}");
+            assert_eq!(other.stats().free, 64);
+            assert_eq!(rx.stats().in_kernel, 0);
             let mut h = pool.handle().unwrap();
             assert_eq!(rx.fill(&mut h, 2048).unwrap(), 2048);
             let (to_worker, from_rx) = mpsc::channel::<Skb>();
