@@ -182,7 +182,9 @@ impl std::error::Error for ConfigError {}
 /// swap, and a push raises the count in the same CAS that links its item, only if that CAS
 /// succeeds. So the bound is exact: a batch holds at most `limit + 1` items (the first pusher's
 /// plus `limit` counted ones, like the kernel's, where the first item behind the first pusher
-/// counts 1), a refused push leaves no trace, and the over-limit race is zero pushes wide.
+/// counts 1), or `limit + n` if the first push was a [`push_batch`](DeferList::push_batch) of
+/// `n` (a first push is never counted), a refused push leaves no trace, and the over-limit race
+/// is zero pushes wide.
 ///
 /// # Address space
 ///

@@ -232,6 +232,54 @@ fn burst_limit_drops_the_arrival_or_waits() {
     }
 }
 
+/// Under `Overflow::Wait` a producer refused by a full defer list parks until a drain resets
+/// the count, instead of spinning on the push. With the root lock held (so nobody drains), the
+/// first pusher waits for it, a second push fills the list (limit 1) and a third is refused:
+/// it must be counted parked, then released by the drain when the lock comes free.
+#[test]
+fn a_producer_refused_under_wait_parks_until_the_drain() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let q: Arc<Txq> = Arc::new(
+        TxQueue::builder()
+            .strategy(Strategy::DeferList)
+            .burst_limit(1)
+            .early_bypass(false)
+            .overflow(Overflow::Wait)
+            .build(Pfifo::new(), RecordingDriver::new())
+            .unwrap(),
+    );
+    let until = |what: &str, ok: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !ok() {
+            assert!(Instant::now() < deadline, "never: {what}; {}", q.stats());
+            std::thread::yield_now();
+        }
+    };
+    let xmit = |id: u64| {
+        let q = q.clone();
+        std::thread::spawn(move || q.xmit(TestPacket::new(id, 60)))
+    };
+    let (first, third) = q.with_qdisc(|_| {
+        // The first pusher, waiting for the root lock this closure holds.
+        let first = xmit(1);
+        until("the first push", &|| !q.defer_list_is_empty());
+        // Counted behind it: the list is at its limit.
+        assert_eq!(xmit(2).join().unwrap(), Verdict::Success);
+        // Refused: parks.
+        let third = xmit(3);
+        until("the refused producer parked", &|| {
+            q.stats().overflow_waits >= 1
+        });
+        (first, third)
+    });
+    assert_eq!(first.join().unwrap(), Verdict::Success);
+    assert_eq!(third.join().unwrap(), Verdict::Success);
+    while q.poll() {}
+    assert_eq!(sent_ids(&q), [1, 2, 3]);
+    assert_eq!(q.stats().dropped(), 0);
+}
+
 #[test]
 fn bad_config_is_a_typed_error() {
     let e = TxQueue::builder()

@@ -80,6 +80,7 @@ pub struct TxQueueBuilder {
     pub(crate) bulk: usize,
     pub(crate) overflow: Overflow,
     pub(crate) help_threshold: Option<usize>,
+    pub(crate) helping: bool,
     pub(crate) early_bypass: bool,
     pub(crate) runner_absorbs: bool,
     pub(crate) batch_bypass: bool,
@@ -99,6 +100,7 @@ impl Default for TxQueueBuilder {
             bulk: DEFAULT_QUOTA,
             overflow: Overflow::Drop,
             help_threshold: None,
+            helping: true,
             early_bypass: true,
             runner_absorbs: true,
             batch_bypass: true,
@@ -144,7 +146,8 @@ impl TxQueueBuilder {
     }
 
     /// A pusher whose push raised the burst count to at least this tries the root lock and
-    /// drains, covering for a descheduled first pusher (default: half the burst limit).
+    /// drains, covering for a descheduled first pusher (default: half the burst limit; never
+    /// after [`kernel_exact`](Self::kernel_exact)).
     pub fn help_threshold(mut self, threshold: usize) -> Self {
         self.help_threshold = Some(threshold);
         self
@@ -210,10 +213,12 @@ impl TxQueueBuilder {
         self
     }
 
-    /// The kernel's exact DeferList protocol: no early bypass, no runner absorbing, only a
-    /// batch of one bypasses the qdisc, every burst goes through the defer list, and the root
-    /// lock is never lent (the kernel's is a spinlock).
-    pub fn kernel_exact(self) -> Self {
+    /// The kernel's exact DeferList protocol: only the first pusher takes the defer list (no
+    /// helping drains past [`help_threshold`](Self::help_threshold)), no early bypass, no runner
+    /// absorbing, only a batch of one bypasses the qdisc, every burst goes through the defer
+    /// list, and the root lock is never lent (the kernel's is a spinlock).
+    pub fn kernel_exact(mut self) -> Self {
+        self.helping = false;
         self.biased_root(false)
             .early_bypass(false)
             .runner_absorbs(false)
@@ -282,7 +287,27 @@ impl TxQueueBuilder {
         Ok(())
     }
 
+    /// The burst count from which a pusher helps drain; past any count a push can reach when
+    /// helping is off.
     pub(crate) fn help_at(&self) -> usize {
+        if !self.helping {
+            return usize::MAX;
+        }
         self.help_threshold.unwrap_or((self.burst_limit / 2).max(1))
+    }
+}
+
+#[cfg(all(test, not(lockless_loom)))]
+mod tests {
+    use super::TxQueueBuilder;
+
+    /// In the kernel only the first pusher takes the defer list: `kernel_exact` leaves no
+    /// burst count at which a later pusher helps, whatever the limit.
+    #[test]
+    fn kernel_exact_turns_helping_drains_off() {
+        let ours = TxQueueBuilder::default().burst_limit(64);
+        assert_eq!(ours.help_at(), 32);
+        assert_eq!(ours.clone().help_threshold(5).help_at(), 5);
+        assert_eq!(ours.kernel_exact().help_at(), usize::MAX);
     }
 }

@@ -189,13 +189,16 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             self.drain(root, to_free);
             return;
         }
-        self.counters.overflow_waits.add(1);
         self.waiters.fetch_add(1, Ordering::Relaxed);
         // Pairs with the fence in `drain`: either we see the reset count, or the drainer sees
         // us waiting and notifies under `room`.
         fence(Ordering::SeqCst);
         let mut g = self.room.lock();
-        while self.defer.burst() > self.defer.limit() {
+        // A push is refused while the count stands at the limit (it would pass it): the count
+        // never exceeds the limit (a refused push leaves no trace), so `>` here was never true
+        // and a refused producer spun on the push instead of parking.
+        while self.defer.burst() >= self.defer.limit() {
+            self.counters.overflow_waits.add(1);
             g = self.room_cv.wait(g);
         }
         drop(g);

@@ -415,6 +415,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             for p in self.defer.take_all() {
                 to_free.drop_packet(p, DropReason::Deactivated);
             }
+            // Producers parked by `Overflow::Wait` on a full list: it is empty now.
+            self.notify_room();
         }
         to_free.len()
     }
