@@ -643,3 +643,38 @@ fn a_lone_producer_is_lent_the_root_lock_and_another_takes_it_back() {
     assert!(!q.root_lendable());
     assert_eq!(q.stats().root_bias_grants, 0);
 }
+
+/// A [`TxWorker`](qdisc::TxWorker) stopped while its driver stays stopped returns (the packets
+/// stay queued for a later wake), and once it is gone a runner that uses up its quota carries
+/// on itself instead of handing the rest to the thread that no longer runs.
+#[test]
+fn a_stopped_worker_leaves_no_work_to_a_thread_that_is_gone() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    for strategy in STRATEGIES {
+        let w = qdisc::TxWorker::spawn(
+            TxQueue::builder().strategy(strategy),
+            Pfifo::<TestPacket>::new(),
+            RecordingDriver::new(),
+        )
+        .unwrap();
+        let q = w.queue().clone();
+        q.with_driver(|d| d.stopped = true);
+        for id in 0..200 {
+            assert_eq!(q.xmit(TestPacket::new(id, 60)), Verdict::Success);
+        }
+        let (done, stopped) = mpsc::channel();
+        std::thread::spawn(move || done.send(w.stop()).unwrap());
+        let q2 = stopped
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{strategy:?}: stop() never returned"));
+        assert!(std::sync::Arc::ptr_eq(&q, &q2));
+        assert_eq!(q.backlog(), 200, "{strategy:?}: kept for the driver");
+        // More than a quota (64) waits; one wake sends all of it.
+        q.with_driver(|d| d.stopped = false);
+        q.wake();
+        assert_eq!(q.backlog(), 0, "{strategy:?}: {}", q.stats());
+        let sent: Vec<u64> = q.with_driver(|d| d.sent.iter().map(|p| p.id()).collect());
+        assert_eq!(sent, (0..200).collect::<Vec<_>>(), "{strategy:?}");
+    }
+}

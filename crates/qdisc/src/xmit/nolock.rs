@@ -116,11 +116,9 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// go, take the role again and run (or hand over to the poll loop).
     pub(super) fn nolock_finish(&self, to_free: &mut ToFree<P>) {
         while self.nolock_run_end() {
-            if self.waker.is_some() {
+            if let Some(wake) = self.poll_loop() {
                 self.state.fetch_or(SCHED, Ordering::Release);
-                if let Some(w) = &self.waker {
-                    w();
-                }
+                wake();
                 return;
             }
             if !self.nolock_run_begin() {

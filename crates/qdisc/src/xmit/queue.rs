@@ -93,6 +93,14 @@ pub struct BulkVerdict {
     pub dropped: usize,
 }
 
+/// The poll loop a runner hands leftover work to (`__netif_schedule`): the wake callback, and
+/// for a [`TxWorker`](crate::TxWorker) whether its thread still runs (once it stopped, runners
+/// carry on themselves: a handed-over batch would wait for a thread that is gone).
+pub(super) struct PollLoop {
+    wake: Box<dyn Fn() + Send + Sync>,
+    alive: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
 /// One transmit queue: producers call [`xmit`](TxQueue::xmit) from any number of threads; a
 /// qdisc orders the packets; one runner at a time hands them to the [`Driver`].
 ///
@@ -121,7 +129,7 @@ pub struct TxQueue<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
     pub(super) room: Mutex<()>,
     pub(super) room_cv: Condvar,
     pub(super) waiters: CachePadded<AtomicUsize>,
-    pub(super) waker: Option<Box<dyn Fn() + Send + Sync>>,
+    pub(super) waker: Option<PollLoop>,
     pub(super) cfg: TxQueueBuilder,
     pub(super) help_at: usize,
     /// Each hot word above sits on its own cache line, away from the read-mostly settings:
@@ -164,14 +172,40 @@ impl TxQueueBuilder {
         driver: D,
         waker: impl Fn() + Send + Sync + 'static,
     ) -> Result<TxQueue<P, Q, D>, ConfigError> {
-        self.build_inner(qdisc, driver, Some(Box::new(waker)))
+        self.build_inner(
+            qdisc,
+            driver,
+            Some(PollLoop {
+                wake: Box::new(waker),
+                alive: None,
+            }),
+        )
+    }
+
+    /// [`build_with_waker`](Self::build_with_waker) for a [`TxWorker`](crate::TxWorker): while
+    /// `alive` is false, runners do not hand work over (nobody would take it) but carry on.
+    pub(crate) fn build_with_worker<P: Packet, Q: Qdisc<P>, D: Driver<P>>(
+        self,
+        qdisc: Q,
+        driver: D,
+        waker: impl Fn() + Send + Sync + 'static,
+        alive: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<TxQueue<P, Q, D>, ConfigError> {
+        self.build_inner(
+            qdisc,
+            driver,
+            Some(PollLoop {
+                wake: Box::new(waker),
+                alive: Some(alive),
+            }),
+        )
     }
 
     fn build_inner<P: Packet, Q: Qdisc<P>, D: Driver<P>>(
         self,
         qdisc: Q,
         driver: D,
-        waker: Option<Box<dyn Fn() + Send + Sync>>,
+        waker: Option<PollLoop>,
     ) -> Result<TxQueue<P, Q, D>, ConfigError> {
         self.validate()?;
         let defer = DeferList::with_limit(self.burst_limit)
@@ -327,6 +361,19 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             Strategy::BusyLock => self.xmit_busylock(pkt, to_free),
             Strategy::NoLock | Strategy::NoLockNaive => self.xmit_nolock(pkt, to_free),
         }
+    }
+
+    /// The wake callback of the poll loop that takes over work a runner leaves, if there is
+    /// one that still runs.
+    pub(super) fn poll_loop(&self) -> Option<&(dyn Fn() + Send + Sync)> {
+        let w = self.waker.as_ref()?;
+        if w.alive
+            .as_ref()
+            .is_some_and(|a| !a.load(std::sync::atomic::Ordering::Acquire))
+        {
+            return None;
+        }
+        Some(&*w.wake)
     }
 
     pub(super) fn dropped(&self) -> Dropped<'_, P, Q, D> {

@@ -112,7 +112,9 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                         break;
                     }
                     self.counters.reschedules.add_by_runner(1);
-                    if self.waker.is_some() {
+                    // Decided under the root lock: a worker's shutdown runs the queue after
+                    // taking it, so a hand-over it raced with is still found.
+                    if let Some(wake) = self.poll_loop() {
                         // The poll loop we wake sends the rest of a bypass batch first.
                         root.requeue.append(&mut role.direct);
                         self.state.fetch_or(SCHED, Ordering::Release);
@@ -120,9 +122,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
                         self.running.swap(0, Ordering::AcqRel);
                         role.held = false;
                         drop(root);
-                        if let Some(w) = &self.waker {
-                            w();
-                        }
+                        wake();
                         return self.lock_root();
                     }
                     // No poll loop to hand over to: carry on, nothing else would.

@@ -28,6 +28,8 @@ use crate::config::ConfigError;
 pub struct TxWorker<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
     txq: Arc<TxQueue<P, Q, D>>,
     stop: Arc<AtomicBool>,
+    /// Read by runners before they hand work over: false once the thread is stopping.
+    alive: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -40,11 +42,17 @@ impl<P: Packet + 'static, Q: Qdisc<P> + 'static, D: Driver<P> + 'static> TxWorke
     pub fn spawn(builder: TxQueueBuilder, qdisc: Q, driver: D) -> Result<Self, ConfigError> {
         let slot: Arc<std::sync::OnceLock<Thread>> = Arc::new(std::sync::OnceLock::new());
         let waker_slot = slot.clone();
-        let txq = Arc::new(builder.build_with_waker(qdisc, driver, move || {
-            if let Some(t) = waker_slot.get() {
-                t.unpark();
-            }
-        })?);
+        let alive = Arc::new(AtomicBool::new(true));
+        let txq = Arc::new(builder.build_with_worker(
+            qdisc,
+            driver,
+            move || {
+                if let Some(t) = waker_slot.get() {
+                    t.unpark();
+                }
+            },
+            alive.clone(),
+        )?);
         let stop = Arc::new(AtomicBool::new(false));
         let (q, s) = (txq.clone(), stop.clone());
         let handle = thread::Builder::new()
@@ -63,6 +71,7 @@ impl<P: Packet + 'static, Q: Qdisc<P> + 'static, D: Driver<P> + 'static> TxWorke
         Ok(TxWorker {
             txq,
             stop,
+            alive,
             handle: Some(handle),
         })
     }
@@ -72,29 +81,41 @@ impl<P: Packet + 'static, Q: Qdisc<P> + 'static, D: Driver<P> + 'static> TxWorke
         &self.txq
     }
 
-    /// Stops the worker, runs the queue dry on the calling thread and returns it.
+    /// Stops the worker, runs the queue dry on the calling thread and returns it. From then
+    /// on runners send what is left after their quota themselves. Packets a stopped driver
+    /// keeps refusing stay queued ([`TxQueue::wake`] sends them once it has room).
     pub fn stop(mut self) -> Arc<TxQueue<P, Q, D>> {
         self.shutdown();
-        while self.txq.poll() {}
         self.txq.clone()
     }
+}
 
+impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxWorker<P, Q, D> {
+    /// Stops and joins the thread, then runs whatever was handed to it (what a runner gave
+    /// over before it saw the worker stopping), as long as that makes progress.
     fn shutdown(&mut self) {
+        let Some(h) = self.handle.take() else { return };
+        self.alive.store(false, Ordering::Release);
         self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            h.thread().unpark();
-            let _ = h.join();
+        h.thread().unpark();
+        let _ = h.join();
+        let moved = |q: &TxQueue<P, Q, D>| {
+            let s = q.stats();
+            s.sent + s.dropped()
+        };
+        loop {
+            let before = moved(&self.txq);
+            if !self.txq.poll() || moved(&self.txq) == before {
+                break;
+            }
         }
     }
 }
 
 impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> Drop for TxWorker<P, Q, D> {
+    /// As [`stop`](TxWorker::stop): the queue (shared with whoever holds it) is run dry first.
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            h.thread().unpark();
-            let _ = h.join();
-        }
+        self.shutdown();
     }
 }
 
