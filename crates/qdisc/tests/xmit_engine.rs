@@ -678,3 +678,18 @@ fn a_stopped_worker_leaves_no_work_to_a_thread_that_is_gone() {
         assert_eq!(sent, (0..200).collect::<Vec<_>>(), "{strategy:?}");
     }
 }
+
+/// A burst that bypasses the empty qdisc reaches the driver in calls of at most `bulk`
+/// packets, as any runner's batch does, in order.
+#[test]
+fn a_bypassed_burst_goes_to_the_driver_in_bulk_sized_calls() {
+    let q = txq(Strategy::DeferList);
+    let v = q.xmit_bulk((0..200).map(|id| TestPacket::new(id, 60)));
+    assert_eq!((v.handed_on, v.dropped), (200, 0));
+    assert_eq!(q.backlog(), 0);
+    assert_eq!(q.stats().bypass, 200, "{}", q.stats());
+    let (calls, sent) =
+        q.with_driver(|d| (d.calls, d.sent.iter().map(|p| p.id()).collect::<Vec<_>>()));
+    assert_eq!(calls, 200usize.div_ceil(64), "bulk is 64 by default");
+    assert_eq!(sent, (0..200).collect::<Vec<_>>());
+}

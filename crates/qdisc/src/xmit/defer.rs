@@ -156,6 +156,13 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         bytes: u64,
         to_free: &mut ToFree<P>,
     ) {
+        if batch.len() > self.cfg.bulk.min(self.cfg.quota) {
+            // Longer than one driver call may carry: the run loop sends it in `bulk`-sized
+            // calls, within the quota, as it sends a drained bypass batch.
+            self.run_begin_locked(&root);
+            drop(self.run(root, batch, to_free));
+            return;
+        }
         // If the driver panics, the packets count as panic drops; there is no role to give
         // back, and the root guard (dropped after this one) unlocks.
         let mut role = RunRole::new(self, batch);
