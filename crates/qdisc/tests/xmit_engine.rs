@@ -693,3 +693,88 @@ fn a_bypassed_burst_goes_to_the_driver_in_bulk_sized_calls() {
     assert_eq!(calls, 200usize.div_ceil(64), "bulk is 64 by default");
     assert_eq!(sent, (0..200).collect::<Vec<_>>());
 }
+
+/// A driver that, on its first call, says so and waits for a go, then hands the whole batch
+/// back and reports the queue stopped.
+struct HandsBackOnce {
+    entered: std::sync::mpsc::Sender<()>,
+    go: std::sync::mpsc::Receiver<()>,
+    stopped: bool,
+}
+
+impl qdisc::Driver<TestPacket> for HandsBackOnce {
+    fn xmit(
+        &mut self,
+        _batch: &mut llist_defer::Fifo<TestPacket>,
+        _to_free: &mut qdisc::ToFree<TestPacket>,
+    ) -> qdisc::TxResult {
+        if !self.stopped {
+            self.entered.send(()).unwrap();
+            self.go.recv().unwrap();
+            self.stopped = true;
+        }
+        qdisc::TxResult {
+            sent: 0,
+            stopped: true,
+        }
+    }
+    fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+}
+
+/// `deactivate` waits for a runner that is in the driver (as `dev_deactivate` waits while
+/// `some_qdisc_is_busy`) and drops what its driver hands back: BusyLock and NoLock let go of
+/// the root lock around the driver call, so the packet comes back after the first sweep.
+#[test]
+fn deactivate_drops_what_a_running_driver_hands_back() {
+    use std::sync::{Arc, mpsc};
+    for strategy in [Strategy::BusyLock, Strategy::NoLock] {
+        let (entered_tx, entered) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel();
+        let q = Arc::new(
+            TxQueue::builder()
+                .strategy(strategy)
+                .build(
+                    Pfifo::<TestPacket>::new(),
+                    HandsBackOnce {
+                        entered: entered_tx,
+                        go: go_rx,
+                        stopped: false,
+                    },
+                )
+                .unwrap(),
+        );
+        let runner = {
+            let q = q.clone();
+            std::thread::spawn(move || q.xmit(TestPacket::new(1, 60)))
+        };
+        entered.recv().unwrap();
+        let deactivating = {
+            let q = q.clone();
+            std::thread::spawn(move || q.deactivate())
+        };
+        // Once a packet is refused as deactivated, the flag is up and the first sweep done
+        // (both under one hold of the root lock); the probes queued before it are swept.
+        let (mut queued, mut id) = (0u64, 100);
+        loop {
+            id += 1;
+            match q.xmit(TestPacket::new(id, 60)) {
+                Verdict::Dropped(DropReason::Deactivated) => break,
+                Verdict::Dropped(_) => {} // past the qdisc's limit: not queued
+                _ => queued += 1,
+            }
+            std::thread::yield_now();
+        }
+        go.send(()).unwrap();
+        runner.join().unwrap();
+        let swept = deactivating.join().unwrap() as u64;
+        assert_eq!(
+            swept,
+            queued + 1,
+            "{strategy:?}: the handed-back packet too"
+        );
+        assert_eq!(q.backlog(), 0, "{strategy:?}: {}", q.stats());
+        assert_eq!(q.stats().drops_for(DropReason::Deactivated), queued + 2);
+    }
+}

@@ -448,24 +448,51 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// Deactivates the queue (`dev_deactivate`): everything queued, in the qdisc, the requeue
     /// list and the defer list, is dropped with [`DropReason::Deactivated`], and so is every
     /// packet arriving until [`activate`](TxQueue::activate). Returns how many were dropped.
+    ///
+    /// Like the kernel's `dev_deactivate` (which waits while `some_qdisc_is_busy`), it waits for
+    /// a runner that was sending when the flag went up, then drops what that runner left
+    /// queued (packets its driver handed back): the strategies that let go of the root lock
+    /// around the driver call could otherwise requeue them after the sweep.
     pub fn deactivate(&self) -> usize {
         let mut dropped = self.dropped();
         let to_free = &mut dropped.list;
-        {
-            let mut root = self.lock_root();
-            root.deactivated = true;
-            let Root { qdisc, requeue, .. } = &mut *root;
-            while let Some(p) = requeue.pop_front() {
-                to_free.drop_packet(p, DropReason::Deactivated);
-            }
-            qdisc.reset(to_free, DropReason::Deactivated);
-            for p in self.defer.take_all() {
-                to_free.drop_packet(p, DropReason::Deactivated);
-            }
-            // Producers parked by `Overflow::Wait` on a full list: it is empty now.
-            self.notify_room();
+        self.sweep_deactivated(to_free, true);
+        while self.run_in_progress() {
+            crate::sync::yield_now();
         }
+        self.sweep_deactivated(to_free, false);
         to_free.len()
+    }
+
+    /// Under the root lock: marks the queue deactivated (`raise`) and drops everything queued
+    /// with [`DropReason::Deactivated`].
+    fn sweep_deactivated(&self, to_free: &mut ToFree<P>, raise: bool) {
+        let mut root = self.lock_root();
+        if raise {
+            root.deactivated = true;
+        } else if !root.deactivated {
+            return; // activated again meanwhile: what is queued now is to be sent
+        }
+        let Root { qdisc, requeue, .. } = &mut *root;
+        while let Some(p) = requeue.pop_front() {
+            to_free.drop_packet(p, DropReason::Deactivated);
+        }
+        qdisc.reset(to_free, DropReason::Deactivated);
+        for p in self.defer.take_all() {
+            to_free.drop_packet(p, DropReason::Deactivated);
+        }
+        // Producers parked by `Overflow::Wait` on a full list: it is empty now.
+        self.notify_room();
+    }
+
+    /// Whether a runner holds the run role (the NoLock seqlock for NoLock).
+    fn run_in_progress(&self) -> bool {
+        match self.cfg.strategy {
+            Strategy::NoLock | Strategy::NoLockNaive => self.seqlock.load(Ordering::Acquire),
+            Strategy::BusyLock | Strategy::DeferList => {
+                self.running.load(Ordering::Acquire) & super::run::RUNNING != 0
+            }
+        }
     }
 
     /// Lets packets through again after [`deactivate`](TxQueue::deactivate).
