@@ -266,6 +266,9 @@ impl XskDriver {
     /// TX ring is full. Returns whether the queue was stopped before (the caller then wakes it).
     pub fn service(&mut self) -> bool {
         let was = self.stopped;
+        // Kick, then reap, which kicks again if descriptors still wait: one kick moves at most
+        // the copy-mode budget (32 frames by default).
+        self.kick();
         self.reap();
         if let Some(sock) = self.sock.as_mut() {
             self.stopped = sock.tx_free(1) == 0;
@@ -347,9 +350,10 @@ impl Driver<Skb> for XskDriver {
         debug_assert_eq!(n, self.descs.len());
         self.unkicked += n as u32;
         if self.unkicked >= self.kick_batch || !batch.is_empty() {
-            // Kick, and keep the completion ring short, as the minimal loop does: a full one
-            // makes the kernel refuse to send, and every frame reaped here is one the producer
-            // can reuse.
+            self.kick();
+            // Keep the completion ring short, as the minimal loop does: a full one makes the
+            // kernel refuse to send, and every frame reaped here is one the producer can reuse.
+            // It kicks again if descriptors still wait (one kick moves at most the budget).
             self.reap();
         }
         let c = &self.counters;
