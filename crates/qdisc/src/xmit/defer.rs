@@ -88,7 +88,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         if self.cfg.early_bypass && self.defer.is_empty() && !self.is_running() {
             if let Some(root) = self.root.try_lock() {
                 if !self.is_running() && self.may_bypass_sized(&root, n, || bytes) {
-                    self.bypass_locked(root, batch, bytes, to_free);
+                    self.bypass_batch_locked(root, batch, bytes, to_free);
                     return 0;
                 }
             }
@@ -156,13 +156,6 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         bytes: u64,
         to_free: &mut ToFree<P>,
     ) {
-        if batch.len() > self.cfg.bulk.min(self.cfg.quota) {
-            // Longer than one driver call may carry: the run loop sends it in `bulk`-sized
-            // calls, within the quota, as it sends a drained bypass batch.
-            self.run_begin_locked(&root);
-            drop(self.run(root, batch, to_free));
-            return;
-        }
         // If the driver panics, the packets count as panic drops; there is no role to give
         // back, and the root guard (dropped after this one) unlocks.
         let mut role = RunRole::new(self, batch);
@@ -186,6 +179,25 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         if !stopped {
             self.run_begin_locked(&root);
             drop(self.run(root, Fifo::new(), to_free));
+        }
+    }
+
+    /// [`bypass_locked`](Self::bypass_locked) for a burst, which may be longer than one driver
+    /// call carries: then the run loop sends it in `bulk`-sized calls within the quota, as it
+    /// sends a drained bypass batch. (Kept apart so that the one-packet bypass stays small.)
+    #[inline]
+    fn bypass_batch_locked<'a>(
+        &'a self,
+        root: RootGuard<'a, Root<P, Q>>,
+        batch: Fifo<P>,
+        bytes: u64,
+        to_free: &mut ToFree<P>,
+    ) {
+        if batch.len() > self.cfg.bulk.min(self.cfg.quota) {
+            self.run_begin_locked(&root);
+            drop(self.run(root, batch, to_free));
+        } else {
+            self.bypass_locked(root, batch, bytes, to_free);
         }
     }
 
@@ -239,7 +251,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         // The common case, nothing else waiting: what the early bypass does, after the wait.
         if self.defer.is_empty() && !self.is_running() && self.may_bypass_sized(&root, n, || bytes)
         {
-            self.bypass_locked(root, own, bytes, to_free);
+            self.bypass_batch_locked(root, own, bytes, to_free);
             return 0;
         }
         let mut batch = if self.defer.is_empty() {
