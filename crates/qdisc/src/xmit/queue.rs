@@ -255,6 +255,13 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// Transmits one packet (`dev_queue_xmit`). Returns the verdict the kernel would report:
     /// `Success` for a packet handed on (even if a later stage drops it, which is then counted),
     /// `Dropped` if it was dropped here and now.
+    ///
+    /// As in the kernel, a DeferList first pusher reports what became of the batch it drained,
+    /// which is its own packet unless something else took the list first. Here that can
+    /// happen (a helping drain, [`poll`](Self::poll), a burst sent by its own producer,
+    /// [`deactivate`](Self::deactivate)), and a first pusher may then report the drop of
+    /// another producer's lone packet while that one reports `Success`. The counters are
+    /// exact either way: they, not the verdicts, are the account of every packet.
     #[inline]
     pub fn xmit(&self, pkt: P) -> Verdict {
         let Some(hist) = &self.counters.latency else {
