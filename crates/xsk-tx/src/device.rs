@@ -69,6 +69,10 @@ pub struct CloseReport {
     pub completed: u64,
     /// Frames taken back from the kernel after the sockets closed (sent or not: unknown).
     pub reclaimed: usize,
+    /// Frames left out of the pool because the UMEM was still open elsewhere (a clone of it,
+    /// taken through [`XskSocket::umem`](crate::XskSocket::umem), may still have a socket
+    /// bound): taking them back could hand out memory the kernel still writes. 0 normally.
+    pub left_in_kernel: usize,
     /// The counters at the end.
     pub stats: XskDeviceStats,
 }
@@ -326,7 +330,8 @@ impl<Q: Qdisc<Skb>> XskDevice<Q> {
     /// Closes the device: deactivates every queue (queued packets are dropped as
     /// `Deactivated`, back to the pool), lets the kernel complete what it holds for up to a
     /// second, closes every socket and the UMEM, and then takes back every frame still in the
-    /// kernel, so that all of them are in the pool again.
+    /// kernel, so that all of them are in the pool again (unless a clone of the UMEM keeps it
+    /// open: see [`CloseReport::left_in_kernel`]).
     pub fn close(mut self) -> CloseReport {
         let mut dropped_queued = 0;
         for q in &self.queues {
@@ -347,15 +352,20 @@ impl<Q: Qdisc<Skb>> XskDevice<Q> {
         // The UMEM's own socket closes with its last reference: after every shared socket and
         // the device's handle go, the kernel unbinds them all and touches no frame again.
         drop(sockets);
-        drop(self.umem.take());
-        let mut reclaimed = 0;
+        let last = self.umem.take().is_some_and(|u| u.is_last_handle());
+        let (mut reclaimed, mut left_in_kernel) = (0, 0);
         for q in &self.queues {
-            reclaimed += q.with_driver(|d| d.reclaim());
+            if last {
+                reclaimed += q.with_driver(|d| d.reclaim());
+            } else {
+                left_in_kernel += q.with_driver(|d| d.in_flight());
+            }
         }
         CloseReport {
             dropped_queued,
             completed,
             reclaimed,
+            left_in_kernel,
             stats: self.stats(),
         }
     }

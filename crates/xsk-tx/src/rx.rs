@@ -184,14 +184,21 @@ impl XskRx {
     }
 
     /// Closes the socket and the UMEM, then takes back every frame the kernel still held (in
-    /// the fill ring or the RX ring); returns how many.
+    /// the fill ring or the RX ring); returns how many. If the UMEM is still open elsewhere (a
+    /// clone taken through [`socket`](Self::socket)), the kernel may still write those frames:
+    /// they stay out of the pool ([`stats`](Self::stats)' `in_kernel`) and 0 is returned.
     pub fn close(mut self) -> usize {
         self.close_inner()
     }
 
     fn close_inner(&mut self) -> usize {
         drop(self.sock.take());
-        drop(self.umem.take());
+        if !self.umem.take().is_some_and(|u| u.is_last_handle()) {
+            // The UMEM is still open elsewhere (a clone taken through the socket): the kernel
+            // may still write these frames, so they stay out of the pool.
+            self.stats.in_kernel = self.inflight.len() as u64;
+            return 0;
+        }
         let pool = &self.pool;
         let mut n = 0;
         for a in self.inflight.drain() {

@@ -234,6 +234,13 @@ impl Umem {
         })
     }
 
+    /// Whether this is the last handle to the UMEM: dropping it then closes the UMEM's socket,
+    /// and with it the last socket bound through it (each socket holds a handle), after which
+    /// the kernel writes none of its frames again.
+    pub(crate) fn is_last_handle(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
+    }
+
     /// Whether this UMEM registers exactly `base..base + len`.
     pub(crate) fn covers(&self, base: *const u8, len: usize) -> bool {
         core::ptr::eq(self.inner.base.as_ptr().cast_const(), base) && self.inner.len == len

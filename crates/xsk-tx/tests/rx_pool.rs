@@ -119,3 +119,37 @@ fn receives_into_pool_frames_freed_by_a_worker() {
     let st = pool.stats();
     assert_eq!((st.free, st.in_use, st.in_flight), (FRAMES, 0, 0), "{st:?}");
 }
+
+/// Closing a receiver whose UMEM is still open elsewhere (a clone taken through its socket)
+/// leaves the frames the kernel held out of the pool: it may still write them.
+#[test]
+fn frames_stay_out_while_a_clone_keeps_the_umem_open() {
+    let Some(veth) = netns::veth_or_skip("frames_stay_out_while_a_clone_keeps_the_umem_open", 2)
+    else {
+        return;
+    };
+    let pool = Pool::builder().frame_count(256).build().unwrap();
+    let ifname = veth.a.ifname.clone();
+    veth.a
+        .ns
+        .run(|| {
+            let cfg = SocketConfig::new().tx_size(0).rx_size(64).fill_size(64);
+            let mut rx = XskRx::open(&pool, &ifname, 0, &cfg).unwrap();
+            let mut h = pool.handle().unwrap();
+            assert_eq!(rx.fill(&mut h, 64).unwrap(), 64);
+            drop(h);
+            let umem = rx.socket().unwrap().umem().clone();
+            assert_eq!(rx.close(), 0, "nothing taken back while the UMEM is open");
+            assert_eq!(pool.stats().free, 256 - 64);
+            drop(umem);
+            // Without the clone, close takes everything back (on queue 1: the kernel lets go
+            // of queue 0's binding in deferred work).
+            let mut rx = XskRx::open(&pool, &ifname, 1, &cfg).unwrap();
+            let mut h = pool.handle().unwrap();
+            assert_eq!(rx.fill(&mut h, 64).unwrap(), 64);
+            drop(h);
+            assert_eq!(rx.close(), 64);
+            assert_eq!(pool.stats().free, 256 - 64);
+        })
+        .unwrap();
+}
