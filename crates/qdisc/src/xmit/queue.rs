@@ -101,6 +101,18 @@ pub(super) struct PollLoop {
     alive: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
+impl PollLoop {
+    fn new(
+        wake: impl Fn() + Send + Sync + 'static,
+        alive: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    ) -> PollLoop {
+        PollLoop {
+            wake: Box::new(wake),
+            alive,
+        }
+    }
+}
+
 /// One transmit queue: producers call [`xmit`](TxQueue::xmit) from any number of threads; a
 /// qdisc orders the packets; one runner at a time hands them to the [`Driver`].
 ///
@@ -172,14 +184,7 @@ impl TxQueueBuilder {
         driver: D,
         waker: impl Fn() + Send + Sync + 'static,
     ) -> Result<TxQueue<P, Q, D>, ConfigError> {
-        self.build_inner(
-            qdisc,
-            driver,
-            Some(PollLoop {
-                wake: Box::new(waker),
-                alive: None,
-            }),
-        )
+        self.build_inner(qdisc, driver, Some(PollLoop::new(waker, None)))
     }
 
     /// [`build_with_waker`](Self::build_with_waker) for a [`TxWorker`](crate::TxWorker): while
@@ -191,14 +196,7 @@ impl TxQueueBuilder {
         waker: impl Fn() + Send + Sync + 'static,
         alive: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<TxQueue<P, Q, D>, ConfigError> {
-        self.build_inner(
-            qdisc,
-            driver,
-            Some(PollLoop {
-                wake: Box::new(waker),
-                alive: Some(alive),
-            }),
-        )
+        self.build_inner(qdisc, driver, Some(PollLoop::new(waker, Some(alive))))
     }
 
     fn build_inner<P: Packet, Q: Qdisc<P>, D: Driver<P>>(
