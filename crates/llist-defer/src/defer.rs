@@ -236,8 +236,8 @@ impl<N: Node> DeferList<N> {
         Ok(list)
     }
 
-    /// The burst limit: a push is refused once this many pushes have joined a batch behind its
-    /// first (`net.core.qdisc_max_burst`).
+    /// The burst limit: a push is refused once this many items have joined a batch behind its
+    /// first push (`net.core.qdisc_max_burst`).
     pub fn limit(&self) -> usize {
         self.limit
     }

@@ -18,6 +18,9 @@ pub const MIN_FRAME_SIZE: usize = 2048;
 pub const MAX_FRAME_SIZE: usize = 1 << 20;
 /// Most owner handles a pool can have at once (owner ids are `u16`).
 pub const MAX_OWNERS: usize = 4096;
+/// Most frames one pool holds: a packed batch names its frames by metadata-line deltas in an
+/// `i32`, which must span the whole side array.
+pub const MAX_FRAME_COUNT: usize = 1 << 30;
 /// Default frame size.
 pub const DEFAULT_FRAME_SIZE: usize = 2048;
 /// Default frame count.
@@ -114,8 +117,9 @@ impl PoolBuilder {
         self
     }
 
-    /// Per-owner defer limit, the kernel's `skb_defer_max` (default 128); 0 or 1 disables
-    /// deferral, sending every remote free to the overflow list.
+    /// Per-owner defer limit, the kernel's `skb_defer_max` (default 128); 0, 1 or 2 disables
+    /// deferral, sending every remote free to the overflow list (with 2 no batch could cross
+    /// the half mark and kick the owner without passing the limit).
     ///
     /// Size it for the handoff that brings frames back: a thread owner can be off the CPU for
     /// a whole time slice (a kernel owner is run by its IPI within microseconds), and every
@@ -199,7 +203,7 @@ impl PoolBuilder {
         if frame_size > MAX_FRAME_SIZE {
             return Err(BuildError::FrameSizeTooLarge(frame_size));
         }
-        if frame_count > u32::MAX as usize || frame_count.checked_mul(frame_size).is_none() {
+        if frame_count > MAX_FRAME_COUNT || frame_count.checked_mul(frame_size).is_none() {
             return Err(BuildError::RegionTooLarge {
                 frame_count,
                 frame_size,

@@ -74,7 +74,7 @@ impl fmt::Display for BuildError {
             } => write!(
                 f,
                 "{frame_count} frames of {frame_size} bytes do not fit one region (at most \
-                 u32::MAX frames and usize::MAX bytes): use fewer frames"
+                 2^30 frames and usize::MAX bytes): use fewer frames"
             ),
             BuildError::HeadroomTooLarge {
                 headroom,

@@ -199,7 +199,9 @@ impl OwnerSlot {
         overflow: &LList<Frame>,
     ) -> Deferred {
         let r = &*self.remote;
-        if defer_max <= 1 || !r.claimed.load(Ordering::Relaxed) {
+        // With a limit of 2 the only batch that could cross the half mark (1 -> 2) already
+        // overflows, so no kick would ever be sent: below 3 there is no deferral.
+        if defer_max <= 2 || !r.claimed.load(Ordering::Relaxed) {
             // SAFETY: the caller's contract.
             overflow.add_batch(unsafe { packed::unpack_newest_first(heads) });
             return Deferred::Overflow;

@@ -453,10 +453,19 @@ impl Skb {
         u64::from(p.index) << p.header().shift
     }
 
-    /// The first data byte as a region offset: the `addr` of an AF_XDP descriptor.
+    /// The first data byte as a region offset: the `addr` of an AF_XDP descriptor. An empty
+    /// data window at the very end of the frame (all of it reserved, or all the data pulled)
+    /// is named by the frame's last byte: its own offset would be the next frame's address.
     #[inline]
     pub fn data_addr(&self) -> u64 {
-        self.frame_addr() + u64::from(self.m().head)
+        self.frame_addr() + u64::from(self.desc_offset())
+    }
+
+    /// The data window's offset in the frame as a descriptor names it (see
+    /// [`data_addr`](Skb::data_addr)).
+    #[inline]
+    fn desc_offset(&self) -> u32 {
+        self.m().head.min(self.frame_size() as u32 - 1)
     }
 
     /// Hands the frame to the kernel: marks it in flight and returns [`data_addr`](Skb::data_addr)
@@ -466,7 +475,7 @@ impl Skb {
     #[inline]
     pub fn into_addr(self) -> u64 {
         let addr = self.data_addr();
-        let head = self.m().head;
+        let head = self.desc_offset();
         // Release: the metadata (and data) written so far is visible to whoever takes the
         // frame back with the Acquire CAS in `skb_from_addr`.
         self.frame_meta()

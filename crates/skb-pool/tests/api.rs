@@ -39,6 +39,13 @@ fn build_errors_name_cause_and_fix() {
         .build()
         .unwrap_err();
     assert!(matches!(e, BuildError::RegionTooLarge { .. }), "{e}");
+    // One frame more than a packed batch's i32 line deltas can span.
+    let e = Pool::builder()
+        .frame_count(skb_pool::MAX_FRAME_COUNT + 1)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, BuildError::RegionTooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("2^30"), "{e}");
 
     let e = Pool::builder().headroom(2048).build().unwrap_err();
     assert_eq!(
@@ -71,10 +78,10 @@ fn build_errors_name_cause_and_fix() {
 
 #[test]
 fn mmap_failure_is_typed_with_the_fix() {
-    // 2^31 frames of 1 MiB = 2 PiB: no machine maps that.
+    // 2^30 frames (the most a pool holds) of 1 MiB = 1 PiB: no machine maps that.
     let e = Pool::builder()
         .frame_size(MAX_FRAME_SIZE)
-        .frame_count(1 << 31)
+        .frame_count(skb_pool::MAX_FRAME_COUNT)
         .populate(false)
         .build()
         .unwrap_err();
@@ -386,6 +393,42 @@ fn addr_round_trip_and_validation() {
     assert_eq!(pool.stats().free, 4);
 }
 
+/// An empty data window at the very end of a frame (all the tailroom reserved, or all the data
+/// pulled) is handed to the kernel as the frame's last byte, not as the next frame's address,
+/// and comes back as the same frame.
+#[test]
+fn an_empty_window_at_the_end_of_a_frame_names_its_own_frame() {
+    let pool = small(4);
+    let mut h = pool.handle().unwrap();
+    let mut neighbours: Vec<skb_pool::Skb> = (0..3).map(|_| h.alloc().unwrap()).collect();
+    let fs = pool.region().frame_size() as u64;
+    for how in ["reserve", "pull"] {
+        let mut skb = h.alloc().unwrap();
+        if how == "reserve" {
+            let room = skb.tailroom();
+            skb.reserve(room).unwrap();
+        } else {
+            let room = skb.tailroom();
+            skb.put(room).unwrap();
+            skb.pull(skb.len()).unwrap();
+        }
+        assert_eq!(skb.headroom() as u64, fs, "{how}");
+        let (frame, index) = (skb.frame_addr(), skb.frame_index());
+        let addr = skb.into_addr();
+        assert_eq!(addr, frame + fs - 1, "{how}: inside its own frame");
+        let back = pool.skb_from_addr(addr).unwrap();
+        assert_eq!(back.frame_index(), index, "{how}");
+        drop(back);
+        // The next frame was not touched: it is still allocatable and freeable.
+        neighbours.push(h.alloc().unwrap());
+        drop(neighbours.pop());
+    }
+    drop(neighbours);
+    drop(h);
+    assert_eq!(pool.stats().free, 4);
+    assert_eq!(pool.stats().in_flight, 0);
+}
+
 #[test]
 fn rx_addr_anywhere_in_an_in_flight_frame() {
     let pool = small(2);
@@ -491,7 +534,9 @@ fn remote_free_defers_wakes_once_and_overflows() {
 
 #[test]
 fn deferral_disabled_goes_to_overflow() {
-    for max in [0, 1] {
+    // 2 too: its only half-crossing batch (1 -> 2) would already overflow, so the owner
+    // would never be kicked.
+    for max in [0, 1, 2] {
         let pool = Pool::builder()
             .frame_count(8)
             .defer_max(max)
