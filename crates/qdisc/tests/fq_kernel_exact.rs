@@ -77,6 +77,13 @@ fn a_rate_of_u64_max_is_no_rate() {
     let mut q: TestFq = fq_builder(&c).maxrate(u64::MAX).build().unwrap();
     enq(&mut q, pkt(0, 1000, sock(6)));
     assert_eq!(q.fq_stats().fastpath_packets, 1);
+    // Nor is tc's ~0, the u32 attribute's all-ones: fq_change stores
+    // `(rate == ~0U) ? ~0UL : rate`.
+    let mut q: TestFq = fq_builder(&c).maxrate(4_294_967_295).build().unwrap();
+    assert_eq!(q.config().maxrate, None);
+    enq(&mut q, pkt(0, 1000, sock(6)));
+    assert_eq!(q.fq_stats().fastpath_packets, 1);
+    assert!(!q.to_string().contains("maxrate"), "{q}");
 }
 
 // --- 2. Flow ages in jiffies --------------------------------------------------------------

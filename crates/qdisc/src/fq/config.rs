@@ -201,8 +201,10 @@ impl FqBuilder {
         self
     }
 
-    /// `maxrate` in bytes per second (per flow); `u64::MAX` means unlimited, as tc's `~0` does
-    /// (the way to lift a cap with [`Fq::change`]).
+    /// `maxrate` in bytes per second (per flow). The kernel's attribute is a u32 whose `~0`
+    /// (4294967295) means unlimited (`fq_change`: `rate == ~0U ? ~0UL : rate`), the way to lift
+    /// a cap with [`Fq::change`]; so it is here, and `u64::MAX` too. Rates above 4294967295
+    /// (34 Gbit/s) are this port's extension: the kernel cannot be given one.
     pub fn maxrate(mut self, bytes_per_sec: u64) -> Self {
         self.maxrate = Some(bytes_per_sec);
         self
@@ -402,6 +404,10 @@ impl FqBuilder {
         if !FQ_HZ_CHOICES.contains(&self.hz) {
             return Err(err("hz", &self.hz, "100, 250, 300 or 1000"));
         }
+        // fq_change: a u32 attribute, whose ~0U means no cap (stored as ~0UL).
+        let maxrate = self
+            .maxrate
+            .filter(|&r| r != u64::MAX && r != u64::from(u32::MAX));
         if self.low_rate_threshold > u64::from(u32::MAX) {
             return Err(err(
                 "low_rate_threshold",
@@ -464,7 +470,7 @@ impl FqBuilder {
             flow_limit: self.flow_limit,
             quantum,
             initial_quantum,
-            maxrate: self.maxrate.filter(|&r| r != u64::MAX),
+            maxrate,
             rate_enable: self.rate_enable == 1,
             buckets_log: self.buckets_log as u8,
             refill_delay_ns,
