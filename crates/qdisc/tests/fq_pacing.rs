@@ -388,3 +388,40 @@ fn offload_horizon_releases_early() {
         "3 ms stamp leaves at 2 ms"
     );
 }
+
+/// The watchdog is `time_next_delayed_flow` (`fq_dequeue`: `qdisc_watchdog_schedule_range_ns(...,
+/// q->time_next_delayed_flow, ...)`), even when a reused socket took its flow out of the delayed
+/// tree and that time is now earlier than every throttled flow's: the kernel wakes then, finds
+/// nothing due, and recomputes it.
+#[test]
+fn next_wakeup_is_time_next_delayed_flow_even_when_stale() {
+    let c = clock();
+    let t0 = c.now_ns();
+    // Every packet paced at 1 MB/s: 1 ms per 1000 bytes.
+    let mut q: TestFq = fq_builder(&c)
+        .maxrate(1_000_000)
+        .low_rate_threshold(1_000_000)
+        .build()
+        .unwrap();
+    let s1 = |hash| FlowKey::Socket { id: 1, hash };
+    enq(&mut q, pkt(0, 1000, s1(1)));
+    enq(&mut q, pkt(1, 1000, s1(1)));
+    enq(&mut q, pkt(2, 1000, sock(2)).with_tstamp(t0 + 5 * MS));
+    assert_eq!(q.dequeue().map(|p| p.id()), Some(0));
+    assert!(q.dequeue().is_none());
+    assert_eq!(q.fq_stats().throttled_flows, 2);
+    assert_eq!(q.next_wakeup(), Some(t0 + MS));
+    // Socket 1 reused (new hash) half a millisecond later: its flow leaves the delayed tree,
+    // sends packet 1 and is throttled again at 1.5 ms; the earliest delayed time stays 1 ms.
+    c.set(t0 + MS / 2);
+    enq(&mut q, pkt(3, 1000, s1(9)));
+    assert_eq!(q.dequeue().map(|p| p.id()), Some(1));
+    assert!(q.dequeue().is_none());
+    assert_eq!(q.next_wakeup(), Some(t0 + MS), "the kernel's watchdog time");
+    // At 1 ms nothing is due; the time is recomputed from the delayed flows.
+    c.set(t0 + MS);
+    assert!(q.dequeue().is_none());
+    assert_eq!(q.next_wakeup(), Some(t0 + 3 * MS / 2));
+    c.set(t0 + 3 * MS / 2);
+    assert_eq!(q.dequeue().map(|p| p.id()), Some(3));
+}

@@ -583,11 +583,15 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
         }
     }
 
+    /// `fq_dequeue`'s watchdog: `time_next_delayed_flow` when set. That time can be earlier
+    /// than every throttled flow's (a reused socket's flow is taken out of the delayed tree
+    /// without recomputing it, see `stats.rs`); the kernel wakes at it all the same, finds
+    /// nothing due and recomputes, and its latency sample is then taken against that time.
     fn next_wakeup(&self) -> Option<u64> {
         if self.qlen == 0 {
             return None;
         }
-        self.delayed.first_key_value().map(|(k, _)| k.0)
+        (self.time_next_delayed_flow != u64::MAX).then_some(self.time_next_delayed_flow)
     }
 
     fn fmt_xstats(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
