@@ -2,7 +2,12 @@
 //! DPDK `rte_sched`'s burst prefetch. They only start loading cache lines early: every decision
 //! (limits, fast path, GC, flow creation, round robin, pacing) is still made by `fq_enqueue` /
 //! `fq_dequeue` for one packet at its own turn, on the state left by the packets before it,
-//! so a batch gets exactly the verdicts, drops, counters and order of the packets one by one.
+//! so a batch gets exactly the verdicts, drops, counters and order of the packets one by one
+//! at the batch's instant. That instant is this port's approximation: a batch reads the clock
+//! once, where the kernel, which has no batch calls (its bulk dequeue and the defer list's
+//! drain call `->dequeue` and `->enqueue` once a packet), reads it at every packet. With a
+//! real clock the later packets of a batch are timed (paced, tested against the horizon, let
+//! out of throttling) as of its first, a difference of the batch's own duration.
 //! This file must not decide anything itself.
 //!
 //! Enqueue, at packet `i`'s turn, with index distance `k` and flow distance `h < k`: the flow
@@ -174,8 +179,8 @@ impl<P: Packet> Fq<P> {
     }
 
     /// [`Qdisc::dequeue_batch`] with the round robin's look-ahead: [`Qdisc::dequeue`] per
-    /// packet, all at the instant of the batch's first clock read (the kernel's `fq_dequeue`
-    /// reads it once per call; a batch is one call), prefetches between them.
+    /// packet, all at the instant of the batch's first clock read (the kernel reads it at each
+    /// packet's `fq_dequeue`: see the module docs), prefetches between them.
     pub(super) fn fq_dequeue_batch(&mut self, out: &mut Fifo<P>, max: usize) -> usize {
         let d = if self.table.len() < self.prefetch.min_flows {
             0
