@@ -108,9 +108,13 @@ impl Local {
         Some(frame)
     }
 
-    /// The bulk allocation path: one kick poll, then as many frames as the cache has (up to
-    /// `n`) with one credit and counter update, the rest one by one. Returns how many.
-    fn alloc_many<E: Extend<Skb>>(&mut self, n: usize, out: &mut E) -> usize {
+    /// The bulk allocation path for up to [`Pool::BULK`](crate::Pool::BULK) frames: one kick
+    /// poll, then as many frames as the cache has (up to `n`) with one credit and counter
+    /// update, the rest one by one, their metadata addresses into `out`. Returns how many.
+    /// Runs no user code: the caller hands the frames over once this borrow has ended.
+    fn take_many(&mut self, n: usize, out: &mut crate::skb::Handout) -> usize {
+        let slots = out.slots();
+        let n = n.min(slots.len());
         if self.slot().is_pending() {
             self.drain_own();
         }
@@ -122,20 +126,24 @@ impl Local {
         self.credits -= k; // these references now travel with the frames
         self.stats.allocs += k as u64;
         let (id, headroom) = (self.id, self.pool().cfg.headroom);
-        let cache = &mut self.cache;
-        out.extend(core::iter::from_fn(|| cache.pop_front()).take(k).map(|f| {
+        let mut got = 0;
+        while got < k {
+            let Some(f) = self.cache.pop_front() else {
+                break;
+            };
             f.init(id, headroom);
-            // SAFETY: the frame is in use, ours alone, and carries one pool reference.
-            unsafe { Skb::from_meta(f.0) }
-        }));
-        for i in k..n {
-            match self.alloc_frame() {
-                // SAFETY: as above.
-                Some(f) => out.extend(core::iter::once(unsafe { Skb::from_meta(f.0) })),
-                None => return i,
-            }
+            slots[got] = f.0.as_ptr() as usize;
+            got += 1;
         }
-        n
+        debug_assert_eq!(got, k);
+        while got < n {
+            let Some(f) = self.alloc_frame() else { break };
+            slots[got] = f.0.as_ptr() as usize;
+            got += 1;
+        }
+        // SAFETY: each slot below `got` is a frame just put in use, carrying one reference.
+        unsafe { out.set_len(got) };
+        got
     }
 
     #[inline]
@@ -548,10 +556,24 @@ impl PoolHandle {
     }
 
     /// Allocates up to `n` frames into `out`, as [`alloc`](Self::alloc) would one by one;
-    /// returns how many (fewer than `n` only when the pool is exhausted). The kick is polled
-    /// once, and what the local cache holds is taken with one credit and counter update.
+    /// returns how many (fewer than `n` only when the pool is exhausted). Per
+    /// [`Pool::BULK`](crate::Pool::BULK) frames the kick is polled once, and what the local
+    /// cache holds is taken with one credit and counter update. `out` receives the frames
+    /// after the handle's state is let go (it may drop `Skb`s of this pool); frames it does
+    /// not take are freed (leaked, never handed out twice, if it panics).
     pub fn alloc_bulk<E: Extend<Skb>>(&mut self, n: usize, out: &mut E) -> usize {
-        self.local().alloc_many(n, out)
+        let mut got = 0;
+        let mut handout = crate::skb::Handout::new();
+        while got < n {
+            let want = (n - got).min(crate::Pool::BULK);
+            let k = self.local().take_many(want, &mut handout);
+            handout.hand_to(out);
+            got += k;
+            if k < want {
+                return got; // exhausted
+            }
+        }
+        n
     }
 
     /// Allocates one frame, waiting up to `timeout` for one to come back if the pool is

@@ -408,16 +408,16 @@ impl Pool {
     pub fn alloc_bulk<E: Extend<Skb>>(&self, n: usize, out: &mut E) -> usize {
         let inner = self.inner();
         let mut got = 0;
-        let mut buf = [0usize; Self::BULK];
+        let mut handout = crate::skb::Handout::new();
         while got < n {
             let want = (n - got).min(Self::BULK);
-            let k = inner.percpu_alloc_bulk(&mut buf[..want]);
+            let k = inner.percpu_alloc_bulk(&mut handout.slots()[..want]);
             if k > 0 {
-                out.extend(buf[..k].iter().map(|&m| {
-                    // SAFETY: `percpu_alloc_bulk` handed us these frames in use, each with one
-                    // pool reference; each becomes one `Skb`.
-                    unsafe { Skb::from_meta(NonNull::new_unchecked(m as *mut FrameMeta)) }
-                }));
+                // SAFETY: `percpu_alloc_bulk` handed us these frames in use, each with one
+                // pool reference.
+                unsafe { handout.set_len(k) };
+                // Frames `out` does not take are freed (leaked if it panics).
+                handout.hand_to(out);
                 got += k;
                 continue;
             }

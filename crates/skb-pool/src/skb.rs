@@ -559,6 +559,85 @@ fn free_run(pool: *const PoolInner, home: u16, frames: &[usize]) {
     }
 }
 
+/// Frames a bulk allocation took, handed to the caller's `Extend` after every pool structure
+/// it touched is let go (an `Extend` is user code: it may drop an `Skb` of the same pool on
+/// this thread, or stop early). Whatever it does not take is freed; if it panics, those are
+/// leaked instead (never handed out twice).
+pub(crate) struct Handout {
+    metas: [usize; crate::Pool::BULK],
+    next: usize,
+    len: usize,
+}
+
+impl Handout {
+    pub(crate) fn new() -> Handout {
+        Handout {
+            metas: [0; crate::Pool::BULK],
+            next: 0,
+            len: 0,
+        }
+    }
+
+    /// Room for [`Pool::BULK`](crate::Pool::BULK) metadata addresses, to be filled from the
+    /// front and then declared with [`set_len`](Self::set_len).
+    pub(crate) fn slots(&mut self) -> &mut [usize; crate::Pool::BULK] {
+        &mut self.metas
+    }
+
+    /// Declares the first `k` slots filled.
+    ///
+    /// # Safety
+    ///
+    /// Each of `slots()[..k]` is the metadata address of an in-use frame, carrying one pool
+    /// reference, that the caller gives up (each becomes one `Skb`).
+    pub(crate) unsafe fn set_len(&mut self, k: usize) {
+        debug_assert!(k <= self.metas.len() && self.next == 0 && self.len == 0);
+        self.len = k;
+    }
+}
+
+impl Handout {
+    /// Hands the frames to `out` as `Skb`s, through an iterator of exact length (so that a
+    /// `Vec` reserves once and writes straight in), frees those it does not take, and leaves
+    /// this empty for the next [`set_len`](Self::set_len).
+    #[inline]
+    pub(crate) fn hand_to<E: Extend<Skb>>(&mut self, out: &mut E) {
+        let Handout { metas, next, len } = self;
+        // Counted in a local, so that the loop keeps it in a register; until `out` returns,
+        // `next` says all were taken (if `out` panics the rest are not freed twice: they leak).
+        *next = *len;
+        let mut taken = 0;
+        out.extend(metas[..*len].iter().map(|&m| {
+            taken += 1;
+            // SAFETY: `set_len`'s contract: an in-use frame with one reference, taken once
+            // (`next` is past it, so it is not freed below).
+            unsafe { Skb::from_meta(NonNull::new_unchecked(m as *mut FrameMeta)) }
+        }));
+        *next = taken;
+        self.free_rest();
+    }
+
+    /// Frees the frames not handed out and empties this.
+    fn free_rest(&mut self) {
+        while self.next < self.len {
+            let m = self.metas[self.next];
+            self.next += 1;
+            // SAFETY: as in `hand_to`: not handed out, so ours to free, once.
+            drop(unsafe { Skb::from_meta(NonNull::new_unchecked(m as *mut FrameMeta)) });
+        }
+        self.next = 0;
+        self.len = 0;
+    }
+}
+
+impl Drop for Handout {
+    fn drop(&mut self) {
+        // Frames declared but never handed over go back to the pool. After a panic in the
+        // caller's `Extend`, `next` is past them all: nothing is freed twice.
+        self.free_rest();
+    }
+}
+
 impl Drop for Skb {
     #[inline]
     fn drop(&mut self) {

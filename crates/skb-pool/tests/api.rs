@@ -647,6 +647,78 @@ fn bulk_alloc_and_free() {
     assert_eq!(pool.stats().free, 64);
 }
 
+/// An `Extend` that keeps the first three frames of each call and drops the rest as it
+/// goes: frames freed on the allocating thread while the bulk call hands them over.
+struct KeepsThree(Vec<skb_pool::Skb>);
+
+impl Extend<skb_pool::Skb> for KeepsThree {
+    fn extend<I: IntoIterator<Item = skb_pool::Skb>>(&mut self, it: I) {
+        let mut kept = 0;
+        for skb in it {
+            if kept < 3 {
+                self.0.push(skb);
+                kept += 1;
+            } else {
+                drop(skb);
+            }
+        }
+    }
+}
+
+/// An `Extend` that takes two frames of each call and stops: the bulk call must free the
+/// frames it was not given a chance to hand over.
+struct StopsAfterTwo(Vec<skb_pool::Skb>);
+
+impl Extend<skb_pool::Skb> for StopsAfterTwo {
+    fn extend<I: IntoIterator<Item = skb_pool::Skb>>(&mut self, it: I) {
+        self.0.extend(it.into_iter().take(2));
+    }
+}
+
+/// A bulk allocation hands its frames to the caller's `Extend` only after the pool's state is
+/// let go: one that frees frames of the same pool as they come, or stops early, loses none.
+#[test]
+fn bulk_alloc_into_an_extend_that_frees_or_stops_loses_nothing() {
+    for per_cpu in [false, true] {
+        let pool = small(64);
+        let mut h = pool.handle().unwrap();
+        let mut keep = KeepsThree(Vec::new());
+        let got = if per_cpu {
+            pool.alloc_bulk(40, &mut keep)
+        } else {
+            h.alloc_bulk(40, &mut keep)
+        };
+        assert_eq!(got, 40, "per_cpu {per_cpu}");
+        let mut stop = StopsAfterTwo(Vec::new());
+        let got = if per_cpu {
+            pool.alloc_bulk(40, &mut stop)
+        } else {
+            h.alloc_bulk(40, &mut stop)
+        };
+        assert_eq!(got, 40, "per_cpu {per_cpu}");
+        // Every frame handed over and not kept went back: in use are exactly the kept ones.
+        let kept = keep.0.len() + stop.0.len();
+        assert!(
+            kept < 80,
+            "per_cpu {per_cpu}: the extends dropped or skipped some"
+        );
+        assert_eq!(
+            pool.stats().in_use,
+            kept,
+            "per_cpu {per_cpu}: {:?}",
+            pool.stats()
+        );
+        drop((keep, stop));
+        drop(h);
+        assert_eq!(
+            pool.stats().free,
+            64,
+            "per_cpu {per_cpu}: {:?}",
+            pool.stats()
+        );
+    }
+}
+
 #[test]
 fn skb_is_an_intrusive_node() {
     let pool = small(16);
