@@ -494,9 +494,9 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     fn run_in_progress(&self) -> bool {
         match self.cfg.strategy {
             Strategy::NoLock | Strategy::NoLockNaive => self.seqlock.load(Ordering::Acquire),
-            Strategy::BusyLock | Strategy::DeferList => {
-                self.running.load(Ordering::Acquire) & super::run::RUNNING != 0
-            }
+            // The sweep after the wait takes the root lock, under which the runner requeued
+            // what its driver handed back: that orders it, not this load.
+            Strategy::BusyLock | Strategy::DeferList => self.is_running(),
         }
     }
 
