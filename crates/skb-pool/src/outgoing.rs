@@ -100,12 +100,15 @@ impl Outgoing {
     /// Adds free frames (carrying no references) for `home` from the front of `frames` (their
     /// metadata addresses), under one lock. `Err(())` if the batch is busy (its holder was
     /// preempted); else how many went in and what must be sent now: the previous partial
-    /// batch, for another home (then none went in), or the batch they filled.
-    pub(crate) fn add_many(
+    /// batch, for another home (then none went in), or the batch they filled, with what
+    /// `taking` returned, called under the lock just before the batch leaves it (a prober
+    /// finds the lock held until then).
+    pub(crate) fn add_many<G>(
         &self,
         frames: &[usize],
         home: u32,
-    ) -> Result<(usize, Option<Full>), ()> {
+        taking: impl FnOnce() -> G,
+    ) -> Result<(usize, Option<(Full, G)>), ()> {
         // Acquire: the previous holder's writes to the batch are visible.
         if self
             .lock
@@ -116,7 +119,8 @@ impl Outgoing {
         }
         let n = self.count.load(Ordering::Relaxed);
         let done = if n > 0 && self.home.load(Ordering::Relaxed) != home {
-            (0, Some(self.take_locked(n)))
+            let g = taking();
+            (0, Some((self.take_locked(n), g)))
         } else {
             // A full batch is sent as it fills, so there is room for at least one.
             let m = frames.len().min(self.items.len() - n);
@@ -130,7 +134,10 @@ impl Outgoing {
             self.added.store(a + m as u64, Ordering::Relaxed);
             (
                 m,
-                (n + m == self.items.len()).then(|| self.take_locked(n + m)),
+                (n + m == self.items.len()).then(|| {
+                    let g = taking();
+                    (self.take_locked(n + m), g)
+                }),
             )
         };
         // Release: the next holder (or a prober) sees the batch as left here.
@@ -138,17 +145,19 @@ impl Outgoing {
         Ok(done)
     }
 
-    /// Takes whatever the batch holds as plain frames, if its lock is free (the
-    /// anti-stranding probe).
-    pub(crate) fn try_take(&self) -> Fifo<Frame> {
+    /// Takes whatever the batch holds as plain frames (the anti-stranding probe); `None` if it
+    /// looked non-empty but another thread held its lock.
+    pub(crate) fn try_take(&self) -> Option<Fifo<Frame>> {
         let mut frames = Fifo::new();
-        if self.count.load(Ordering::Relaxed) == 0
-            || self
-                .lock
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return Some(frames);
+        }
+        if self
+            .lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
         {
-            return frames;
+            return None;
         }
         let n = self.count.load(Ordering::Relaxed);
         for item in &self.items[..n] {
@@ -160,7 +169,7 @@ impl Outgoing {
         self.home.store(NONE, Ordering::Relaxed);
         self.count.store(0, Ordering::Relaxed);
         self.lock.store(false, Ordering::Release);
-        frames
+        Some(frames)
     }
 
     /// Empties the batch, packed; the caller holds the lock.

@@ -389,11 +389,15 @@ impl Pool {
     /// # Errors
     ///
     /// [`PoolError::Exhausted`] if no frame is free anywhere this CPU can reach: its cache, the
-    /// depot, every CPU's defer list and, last, the fullest other CPU's cache that no one else
-    /// is taking from (half of it, at the cost of an interrupt to that CPU in an rseq pool).
-    /// Frames freed on another CPU that wait there for their batch to fill are reached too, but
-    /// in an rseq pool at most once a millisecond (taking them interrupts every CPU): a caller
-    /// that must not give up on those uses [`alloc_wait`](Self::alloc_wait).
+    /// depot, every CPU's defer list, the frames freed on another CPU that wait there for their
+    /// batch to fill and, last, the fullest other CPU's cache (half of it, at the cost of an
+    /// interrupt to that CPU in an rseq pool). Other threads move free frames between those
+    /// places (a refill carries them from a list to its cache): an allocation that finds
+    /// nothing while a move is in progress or has just ended, or while a place is held by
+    /// another thread, yields and looks again, so `Exhausted` means a look during which no
+    /// frame moved found none free. Under constant movement it gives up after 16 looks and 3 ms,
+    /// long enough for the frames waiting for their batch, which an rseq pool takes at most once
+    /// a millisecond (taking them interrupts every CPU).
     #[inline(always)]
     pub fn alloc(&self) -> Result<Skb, PoolError> {
         let frame = self.inner().percpu_alloc().ok_or(PoolError::Exhausted)?;

@@ -404,6 +404,34 @@ fn percpu_drain_of_a_cpu_nobody_allocates_on() {
     });
 }
 
+/// Two frames wait on CPU 1's defer list; allocations on CPU 0 and on CPU 1, both caches dry,
+/// race for them: CPU 0's refill takes the whole list into its hands (its probe of other CPUs'
+/// lists) before it stashes the frame it does not return, and CPU 1's finds its list empty
+/// meanwhile. With two frames free for two allocations, neither may report `Exhausted`: the
+/// one that looks while the other holds the frames must look again (`percpu/hands.rs`).
+#[test]
+fn percpu_allocation_waits_for_frames_in_another_refills_hands() {
+    loom::model(|| {
+        // defer_max 4: remote frees go home one at a time.
+        let pool = percpu_pool_deferring(2, None, 4);
+        skb_pool::loom_set_cpu(1);
+        let mut held: Vec<Skb> = (0..FRAMES).map(|_| pool.alloc().unwrap()).collect();
+        skb_pool::loom_set_cpu(0);
+        held.truncate(2);
+        assert_eq!(pool.per_cpu_stats().cpus[1].cached, 0);
+        let (a, b) = (alloc_on(&pool, 0), alloc_on(&pool, 1));
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        assert!(
+            a.is_some() && b.is_some(),
+            "Exhausted with a frame free: {:?}",
+            pool.per_cpu_stats()
+        );
+        held.extend(a);
+        held.extend(b);
+        assert_all_reachable_from(&pool, 0, &held);
+    });
+}
+
 /// A frame in the cache of CPU 1 is taken by an allocation on CPU 0 that finds every other
 /// source dry (the locked pool's taking: CPU 1's try-lock, taken only if free), racing an
 /// allocation and a free of that frame on CPU 1 (which may find the cache taken and take the
@@ -442,7 +470,11 @@ fn percpu_taking_from_a_cache_races_its_cpu() {
 /// reachable from CPU 0.
 #[test]
 fn percpu_two_takers_race_for_one_cache() {
-    loom::model(|| {
+    // The loser of the race looks again while the winner holds the frame (`percpu/hands.rs`),
+    // and every look's loads are branches: more than loom's default 1 000 on the longest paths.
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 10_000;
+    model.check(|| {
         // 8 frames on 3 CPUs: caches of one frame (8 / 6).
         let pool = Pool::builder()
             .frame_count(8)

@@ -849,3 +849,66 @@ fn frames_in_the_cache_of_a_cpu_nobody_runs_on_are_taken_before_exhaustion() {
         assert_eq!(pool.stats().free, 64, "{mode:?}");
     }
 }
+
+/// `Exhausted` only when no frame is free: threads that hop between the CPUs (so that their
+/// frees go remote, through defer lists, batches, the overflow list and takings), together
+/// holding all but `SPARE` frames at most, never see it. A refill carries frames it took from
+/// a shared source through its own hands before stashing them; an allocator that found every
+/// source empty meanwhile must wait for those frames, not fail.
+#[test]
+fn no_exhaustion_while_frames_are_free_under_migration() {
+    const FRAMES: usize = 64;
+    const SPARE: usize = 1;
+    const THREADS: usize = 6;
+    for mode in modes() {
+        let pool = pool_builder(mode, FRAMES, 8, 4).build().unwrap();
+        // Frames held or about to be allocated: at most FRAMES - SPARE, so at least SPARE
+        // frames are free at every moment.
+        let reserved = AtomicUsize::new(0);
+        let fails = AtomicUsize::new(0);
+        let start = std::sync::Barrier::new(THREADS);
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (pool, fails, start, reserved) = (&pool, &fails, &start, &reserved);
+                s.spawn(move || {
+                    start.wait();
+                    let mut held: Vec<Skb> = Vec::with_capacity(FRAMES);
+                    for i in 0..20_000usize {
+                        pin((t + i) % 2);
+                        let want = 1 + (i * 7 + t) % 16;
+                        while held.len() < want {
+                            let r = reserved.fetch_add(1, Ordering::AcqRel);
+                            if r >= FRAMES - SPARE {
+                                reserved.fetch_sub(1, Ordering::AcqRel);
+                                break;
+                            }
+                            match pool.alloc() {
+                                Ok(skb) => held.push(skb),
+                                Err(_) => {
+                                    reserved.fetch_sub(1, Ordering::AcqRel);
+                                    fails.fetch_add(1, Ordering::Relaxed);
+                                    break;
+                                }
+                            }
+                        }
+                        pin((t + i + 1) % 2);
+                        let keep = (i * 5 + t) % (held.len() + 1);
+                        let gone = held.len() - keep;
+                        held.truncate(keep);
+                        reserved.fetch_sub(gone, Ordering::AcqRel);
+                    }
+                    let n = held.len();
+                    drop(held);
+                    reserved.fetch_sub(n, Ordering::AcqRel);
+                });
+            }
+        });
+        assert_eq!(
+            fails.into_inner(),
+            0,
+            "{mode:?}: Exhausted with at least {SPARE} of {FRAMES} frames free: {:?}",
+            pool.per_cpu_stats()
+        );
+        assert_eq!(pool.stats().free, FRAMES, "{mode:?}");
+    }
+}

@@ -174,37 +174,53 @@ impl PoolInner {
             if pc.stacks.len_of(cpu, home) + 1 >= cap {
                 let mut buf = [0usize; crate::packed::MAX_PACK];
                 let want = cap.min(buf.len() - 1);
+                // The stack's frames are in this thread's hands from the pop until they are
+                // sent.
+                let mut hand = pc.in_hand();
                 // SAFETY: as below; `buf` is ours, valid for `want` writes.
                 let (st, k) = unsafe { rseq::pop_bulk(area, cpu, stack, buf.as_mut_ptr(), want) };
                 match st {
                     Status::Done => {
+                        hand.carried();
                         // The popped frames carry references again: ours and theirs go home
                         // together, then all are given back; nothing touches the pool after.
                         buf[k] = addr;
                         pc.counters_at(cpu as usize).remote_frees.add(k as u64 + 1);
                         pool.send_packed(&buf[..=k], home);
+                        drop(hand);
                         // SAFETY: the `k + 1` references are ours to drop; the pool is not used
                         // after.
                         return unsafe { PoolInner::drop_refs(this, k + 1) };
                     }
-                    Status::Refused if cap <= 1 => {
-                        pc.counters_at(cpu as usize).remote_frees.add(1);
-                        pool.send_packed(&[addr], home);
-                        // SAFETY: as above.
-                        return unsafe { PoolInner::drop_refs(this, 1) };
-                    }
-                    // Emptied meanwhile: push as usual.
-                    Status::Refused => {}
-                    Status::WrongCpu => continue,
-                    Status::Abort => {
-                        pc.count_abort();
-                        continue;
-                    }
-                    Status::Flagged => {
-                        // SAFETY: forwarded contract.
-                        return unsafe {
-                            PoolInner::percpu_free_remote(this, frame, home as usize, Some(cpu))
-                        };
+                    // Nothing taken; and the bracket ends before any reference is given back.
+                    st => {
+                        drop(hand);
+                        match st {
+                            Status::Refused if cap <= 1 => {
+                                pc.counters_at(cpu as usize).remote_frees.add(1);
+                                pool.send_packed(&[addr], home);
+                                // SAFETY: as above.
+                                return unsafe { PoolInner::drop_refs(this, 1) };
+                            }
+                            // Emptied meanwhile: push as usual.
+                            Status::Refused | Status::Done => {}
+                            Status::WrongCpu => continue,
+                            Status::Abort => {
+                                pc.count_abort();
+                                continue;
+                            }
+                            Status::Flagged => {
+                                // SAFETY: forwarded contract.
+                                return unsafe {
+                                    PoolInner::percpu_free_remote(
+                                        this,
+                                        frame,
+                                        home as usize,
+                                        Some(cpu),
+                                    )
+                                };
+                            }
+                        }
                     }
                 }
             }
@@ -278,8 +294,8 @@ impl PoolInner {
             // a whole batch goes straight home only past an empty stack: frames waiting there
             // were freed first, and go first (overtaken, they would come home out of order).
             let stacked = pc.stacks.len_of(cpu, home);
-            let k = if stacked == 0 && rest.len() >= cap {
-                0
+            let (k, hand) = if stacked == 0 && rest.len() >= cap {
+                (0, None)
             } else if stacked + rest.len() < cap {
                 // SAFETY: as in `percpu_free_stacked`; `rest` is valid for `rest.len()` reads.
                 let (st, k) = unsafe {
@@ -295,11 +311,17 @@ impl PoolInner {
                 }
                 continue;
             } else {
+                // The stack's frames are in this thread's hands from the pop until they are
+                // sent (the frames of `rest` keep the pool alive while the bracket lasts).
+                let mut hand = pc.in_hand();
                 // SAFETY: as above; `buf` is ours, valid for `cap` writes.
                 match unsafe { rseq::pop_bulk(area, cpu, stack, buf.as_mut_ptr(), cap) } {
-                    (Status::Done, k) => k,
+                    (Status::Done, k) => {
+                        hand.carried();
+                        (k, Some(hand))
+                    }
                     // Emptied meanwhile (a taker).
-                    (Status::Refused, _) => 0,
+                    (Status::Refused, _) => (0, None),
                     (Status::WrongCpu, _) => continue,
                     (Status::Abort, _) => {
                         pc.count_bulk_abort();
@@ -313,6 +335,7 @@ impl PoolInner {
             buf[k..k + m].copy_from_slice(&rest[..m]);
             rest = &rest[m..];
             pool.send_packed(&buf[..k + m], home);
+            drop(hand);
             pc.counters_at(cpu as usize)
                 .remote_frees
                 .add((k + m) as u64);
@@ -409,11 +432,13 @@ impl PoolInner {
         let mut rest = frames;
         if let Some(out) = out {
             while !rest.is_empty() {
-                let Ok((n, full)) = out.add_many(rest, home) else {
+                // The batch leaves the lock in this thread's hands until it is sent.
+                let Ok((n, full)) = out.add_many(rest, home, || self.percpu.in_hand()) else {
                     break;
                 };
                 rest = &rest[n..];
-                if let Some(full) = full {
+                if let Some((full, mut hand)) = full {
+                    hand.carried();
                     self.send_home(full);
                 }
             }

@@ -39,7 +39,8 @@
 //! stranded; one probe per CPU per call), vacant owner slots, the outgoing batches and stacks
 //! of every CPU (frames freed where nobody frees any more), and last the fullest other CPU's
 //! cache, half of it (a *taking*: frames freed on a CPU nobody runs on any more are not
-//! stranded either, so `Exhausted` means no frame sat free anywhere the allocation looked).
+//! stranded either, so `Exhausted` means no frame sat free anywhere the allocation looked,
+//! during a look in which no other thread carried frames between those places: `hands.rs`).
 //! Frames from the defer list
 //! and the depot go into the cache so that it hands them out in the order they were freed (or
 //! sat in the depot): a frame freed here is pushed on top (its lines are hot here), but a
@@ -81,6 +82,7 @@
 //! - `refill.rs`: where a dry cache's frames come from, kicked drains, stashing in order;
 //! - `sort.rs`: [`RefillOrder::Address`]'s sort;
 //! - `take.rs`: cache takings;
+//! - `hands.rs`: frames between two places, and when an allocation may report `Exhausted`;
 //! - `free.rs`: local, remote and bulk frees, frames sent home;
 //! - `stats.rs`: the counters and [`PerCpuStats`].
 //!
@@ -88,6 +90,7 @@
 
 mod alloc;
 mod free;
+mod hands;
 mod refill;
 mod section;
 mod sort;
@@ -225,6 +228,9 @@ pub(crate) struct PerCpuState {
     /// (one shared set bounced between the allocating and the freeing core at every refill
     /// and every batch sent home).
     counters: Box<[CachePadded<Counters>]>,
+    /// Moves of free frames in progress and done, per CPU and one for threads past the table
+    /// (`hands.rs`).
+    hands: Box<[CachePadded<hands::Hands>]>,
 }
 
 /// The CPUs of the calling thread's affinity mask: the highest + 1, at least 1.
@@ -317,6 +323,7 @@ impl PerCpuState {
             counters: (0..=cpus)
                 .map(|_| CachePadded::new(Counters::default()))
                 .collect(),
+            hands: hands::new_hands(cpus),
         }
     }
 

@@ -11,6 +11,7 @@ use std::sync::PoisonError;
 
 use llist_defer::{Chain, Fifo};
 
+use super::hands::{Look, Patience};
 use super::{
     LIFT_MAX, Op, POP_ALLOC, POP_SPARE, PUSH_FREE, PUSH_SPARE, PerCpu, RefillOrder, Res, SORT_MAX,
 };
@@ -23,13 +24,45 @@ impl PoolInner {
     /// Finds free frames for a dry cache (of CPU `cpu`, or none if `cpu` is out of range),
     /// returns one and stashes the rest: its defer list, the overflow list, the depot, other
     /// CPUs' defer lists (one probe each), vacant owner slots, the outgoing batches and stacks,
-    /// and last half of another CPU's cache (`take.rs`).
+    /// and last half of another CPU's cache (`take.rs`). `None` (counted as exhausted) only
+    /// after a look that saw every free frame (`hands.rs`), or when looks that did not see them
+    /// all have found nothing for a while.
     #[cold]
     #[inline(never)]
     pub(super) fn refill(&self, cpu: usize) -> Option<Frame> {
         let pc = &self.percpu;
         pc.counters_at(cpu).refills.add(1);
-        if cpu < pc.slots.len() {
+        let mut patience = Patience::default();
+        let mut first = true;
+        loop {
+            let mut look = pc.look();
+            if !first {
+                // The cache of the CPU the thread runs on now, which a look does not take from:
+                // a move may have ended there (another thread on this CPU, or a migration).
+                if let Res::Done(item, _) = pc.run(None, Op::Pop(POP_SPARE)) {
+                    // SAFETY: the caches hold only addresses of this pool's metadata entries.
+                    return Some(unsafe { Frame::from_addr(item) });
+                }
+            }
+            first = false;
+            if let Some(frame) = self.refill_once(cpu, &mut look) {
+                return Some(frame);
+            }
+            if (pc.look_was_whole(&look) && pc.caches_empty()) || patience.spent() {
+                break;
+            }
+            pc.before_looking_again();
+        }
+        pc.counters_at(cpu).exhausted.add(1);
+        None
+    }
+
+    /// One look through the sources of [`refill`](Self::refill), in order: the first that
+    /// yields frames is taken (inside a move's bracket, until what is not returned is
+    /// stashed); a source skipped because another thread held it is noted in `look`.
+    fn refill_once(&self, cpu: usize, look: &mut Look) -> Option<Frame> {
+        let pc = &self.percpu;
+        if cpu < pc.slots.len() && !pc.slots[cpu].looks_empty() {
             // Frames sent home come back in the order they were freed: newest batch first
             // (as the list holds them), each pushed newest frame first, the oldest of all
             // returned. Their lines are in another core's cache, so no order is hotter here;
@@ -37,20 +70,28 @@ impl PoolInner {
             // handing out frames at a fixed stride lets the hardware prefetcher fetch the next
             // frame's lines, on both cores, ahead of use (the skb_pool bench's pipeline:
             // LIFO here scrambled the order every lap).
+            let mut hand = pc.in_hand();
             if let Some(got) = self.stash_drained(cpu, true, 0) {
+                hand.carried();
                 return Some(got);
             }
         }
         // Every source below yields its frames oldest first (freed, or put in the depot,
-        // first), and `stash_oldest_on_top` keeps that order.
-        let mut got = self.overflow.take_all().reverse();
+        // first), and `stash_oldest_on_top` keeps that order. The bracket begins before the
+        // first source that looks non-empty is taken.
+        let mut hand = None;
+        let mut got = Fifo::new();
+        if !self.overflow.is_empty() {
+            hand.get_or_insert_with(|| pc.in_hand());
+            got = self.overflow.take_all().reverse();
+        }
         if got.is_empty() {
             // Refill by half a cache (plus the frame returned), and leave the rest of the
             // batch in the depot: carried through this CPU's hands to be stashed, it would be
-            // out of every other allocator's reach meanwhile, and one could find the pool
-            // "exhausted" with most of its frames free.
+            // out of every other allocator's reach meanwhile.
             let mut depot = self.depot.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(mut batch) = depot.pop() {
+                hand.get_or_insert_with(|| pc.in_hand());
                 let want = pc.cap.div_ceil(2) + 1;
                 while got.len() < want {
                     let Some(f) = batch.pop_front() else { break };
@@ -61,10 +102,17 @@ impl PoolInner {
                 }
             }
         }
-        if got.is_empty() {
+        if got.is_empty() && pc.slots.iter().any(|s| !s.looks_empty()) {
+            hand.get_or_insert_with(|| pc.in_hand());
             got = self.probe_cpus();
         }
-        if got.is_empty() {
+        if got.is_empty()
+            && self
+                .slots
+                .iter()
+                .any(|s| !s.is_claimed() && !s.looks_empty())
+        {
+            hand.get_or_insert_with(|| pc.in_hand());
             // SAFETY: an owner slot's list holds only packed heads of this pool.
             got = unsafe {
                 packed::unpack_oldest_first(first_drained(
@@ -72,35 +120,53 @@ impl PoolInner {
                 ))
             };
         }
-        if got.is_empty() {
-            got = self.take_outgoing();
+        if got.is_empty() && (pc.out.iter().any(|o| o.len() != 0) || pc.stacks.len() != 0) {
+            hand.get_or_insert_with(|| pc.in_hand());
+            got = self.take_outgoing_looking(Some(look));
         }
-        if got.is_empty() {
-            got = self.percpu.take_cached(cpu);
+        if got.is_empty() && pc.others_cached(cpu) {
+            hand.get_or_insert_with(|| pc.in_hand());
+            got = pc.take_cached(cpu, Some(look));
         }
-        let Some(first) = got.pop_front() else {
-            pc.counters_at(cpu).exhausted.add(1);
-            return None;
-        };
+        let first = got.pop_front()?;
+        if let Some(h) = hand.as_mut() {
+            h.carried();
+        }
         self.stash_oldest_on_top(got);
         Some(first)
     }
 
     /// Frames of an outgoing batch that no free on its CPU will complete: the first non-empty
-    /// batch whose lock is free (one probe per CPU).
+    /// batch whose lock is free (one probe per CPU), else the outgoing stacks' frames.
     pub(crate) fn take_outgoing(&self) -> Fifo<Frame> {
-        let got = self
-            .percpu
-            .out
-            .iter()
-            .map(|o| o.try_take())
-            .find(|f| !f.is_empty())
-            .unwrap_or_default();
-        if !got.is_empty() || !self.percpu.stacks.enabled() {
-            return got;
+        self.take_outgoing_looking(None)
+    }
+
+    /// [`take_outgoing`](Self::take_outgoing), noting in `look` a non-empty batch or stack it
+    /// could not take (held by another thread, or stacks taken less than `TAKE_EVERY` ago).
+    fn take_outgoing_looking(&self, mut look: Option<&mut Look>) -> Fifo<Frame> {
+        let pc = &self.percpu;
+        for o in pc.out.iter() {
+            match o.try_take() {
+                Some(got) if !got.is_empty() => return got,
+                Some(_) => {}
+                None => {
+                    if let Some(l) = look.as_deref_mut() {
+                        l.skipped = true;
+                    }
+                }
+            }
         }
-        let got = self.percpu.stacks.take_all(restart_sections);
-        self.percpu.counters().remote_frees.add(got.len() as u64);
+        if !pc.stacks.enabled() {
+            return Fifo::new();
+        }
+        let got = pc.stacks.take_all(restart_sections);
+        if got.is_empty() && pc.stacks.len() != 0 {
+            if let Some(l) = look {
+                l.skipped = true;
+            }
+        }
+        pc.counters().remote_frees.add(got.len() as u64);
         got
     }
 
@@ -128,6 +194,9 @@ impl PoolInner {
             return;
         }
         pc.counters_at(cpu).drains.add(1);
+        // The lifted frames and the drained ones are in this thread's hands until stashed.
+        let mut hand = pc.in_hand();
+        hand.carried();
         // The frames still cached were freed before those on the defer list, so they must be
         // handed out first (see `refill`): lift them off, stash the drained frames beneath,
         // and put them back on top in the order they had. Stashed on top instead, every kick
@@ -379,6 +448,8 @@ impl PoolInner {
     #[inline(never)]
     pub(super) fn flush_half(&self) {
         self.percpu.counters().flushes.add(1);
+        // The popped half is in this thread's hands until the depot has it.
+        let mut hand = self.percpu.in_hand();
         let mut out = Fifo::new();
         for _ in 0..self.percpu.cap.div_ceil(2) {
             match self.percpu.run(None, Op::Pop(POP_SPARE)) {
@@ -388,6 +459,7 @@ impl PoolInner {
             }
         }
         if !out.is_empty() {
+            hand.carried();
             self.depot
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

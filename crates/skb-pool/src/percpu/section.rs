@@ -119,6 +119,11 @@ impl PerCpuState {
         })
     }
 
+    /// Whether every cache looks empty (a snapshot).
+    pub(super) fn caches_empty(&self) -> bool {
+        (0..self.caches.len()).all(|cpu| self.cached(cpu) == 0)
+    }
+
     /// Frames in CPU `cpu`'s cache now (a snapshot; 0 past the table).
     pub(super) fn cached(&self, cpu: usize) -> usize {
         self.caches

@@ -7,6 +7,7 @@
 
 use llist_defer::Fifo;
 
+use super::hands::Look;
 use super::{CpuCache, PerCpu, PerCpuState};
 use crate::meta::Frame;
 use crate::outstack::TAKING;
@@ -35,7 +36,9 @@ impl PerCpuState {
     /// kernel cannot target one), and each taking brings half a cache.
     #[cold]
     #[inline(never)]
-    pub(super) fn take_cached(&self, here: usize) -> Fifo<Frame> {
+    ///
+    /// A cache that held frames but could not be held is noted in `look` (when given).
+    pub(super) fn take_cached(&self, here: usize, mut look: Option<&mut Look>) -> Fifo<Frame> {
         let mut taken = Fifo::new();
         // Fullest first without a list on the heap (this runs in the allocator's slow path):
         // each pass reads the counts and tries the fullest cache not tried yet, for at most
@@ -48,7 +51,11 @@ impl PerCpuState {
                 .filter(|&(n, _)| n > 0)
                 .max();
             let Some((_, cpu)) = fullest else { break };
-            self.take_from(cpu, &mut taken);
+            if !self.take_from(cpu, &mut taken) {
+                if let Some(l) = look.as_deref_mut() {
+                    l.skipped = true;
+                }
+            }
             if !taken.is_empty() {
                 self.counters_at(here).takings.add(1);
                 break;
@@ -59,8 +66,9 @@ impl PerCpuState {
     }
 
     /// Takes half of CPU `cpu`'s cache into `out` if it can hold the cache (see
-    /// [`take_cached`](Self::take_cached)).
-    pub(super) fn take_from(&self, cpu: usize, out: &mut Fifo<Frame>) {
+    /// [`take_cached`](Self::take_cached)); `false` if another thread held it (a taker, a
+    /// section or the freeze; or the restart failed).
+    pub(super) fn take_from(&self, cpu: usize, out: &mut Fifo<Frame>) -> bool {
         let c = &self.caches[cpu];
         match self.mode {
             PerCpu::Rseq => {
@@ -70,23 +78,32 @@ impl PerCpuState {
                     .compare_exchange(0, TAKING, Ordering::SeqCst, Ordering::Relaxed)
                     .is_err()
                 {
-                    return;
+                    return false;
                 }
-                if restart_sections_on(cpu as u32) {
+                let restarted = restart_sections_on(cpu as u32);
+                if restarted {
                     self.take_half(c, out);
                 }
                 // Release: the next section on this cache sees it as we left it.
                 c.flag.fetch_and(!TAKING, Ordering::Release);
+                restarted
             }
             PerCpu::Locked | PerCpu::Auto => {
                 // A holder (preempted mid-operation, or running there now) is not waited for.
-                if self.lock_cache(c, false) {
-                    self.take_half(c, out);
-                    // Release: the cache's next holder sees it as we left it.
-                    c.lock.store(false, Ordering::Release);
+                if !self.lock_cache(c, false) {
+                    return false;
                 }
+                self.take_half(c, out);
+                // Release: the cache's next holder sees it as we left it.
+                c.lock.store(false, Ordering::Release);
+                true
             }
         }
+    }
+
+    /// Whether a cache other than CPU `here`'s holds frames (a snapshot).
+    pub(super) fn others_cached(&self, here: usize) -> bool {
+        (0..self.caches.len()).any(|cpu| cpu != here && self.cached(cpu) > 0)
     }
 
     /// Moves the bottom half (rounded up) of cache `c` into `out`, oldest first, and the rest

@@ -1,0 +1,161 @@
+//! Frames in a thread's hands, and when an allocation may call the pool exhausted.
+//!
+//! A refill, a kicked drain, a flush and a batch sent home each take free frames out of a
+//! place other allocations look (a defer list, the overflow list, the depot, a cache, an
+//! outgoing batch or stack) and put them into another a moment later. An allocation that looks
+//! everywhere in that moment finds nothing, though frames are free: on two busy CPUs with one
+//! frame in sixty-four to spare, hundreds of allocations a second reported `Exhausted` that
+//! way. So each such move is bracketed ([`InHand`]): a count of moves in progress and a count
+//! of moves done, per CPU (on the line of the CPU that began it, so bracketing costs no
+//! cross-core transfer). An allocation calls the pool exhausted only after a look during which
+//! no move was in progress or ended and no place was skipped because another thread held it
+//! ([`Look`]); otherwise it looks again.
+//!
+//! This file must not move frames itself: `refill.rs`, `free.rs` and `take.rs` do, inside the
+//! brackets.
+
+use crossbeam_utils::CachePadded;
+
+use super::PerCpuState;
+use crate::sync::{AtomicUsize, Ordering, fence, thread};
+
+/// Looks an allocation makes, at least, before it reports `Exhausted` though frames kept moving
+/// (or sources stayed held) during every one; past them it keeps looking for [`PATIENCE`].
+/// Each look after the first yields first. Under loom, whose models are small and explore
+/// every interleaving of every look, 4.
+#[cfg(not(lockless_loom))]
+const LOOKS_MIN: usize = 16;
+#[cfg(lockless_loom)]
+const LOOKS_MIN: usize = 4;
+/// How long an allocation keeps looking while its looks see frames move or sources held: more
+/// than the outgoing stacks' `TAKE_EVERY`, so that frames parked there are reached. Frames
+/// that move all the time are taken by others as fast as they come free, so it gives up then.
+#[cfg(not(lockless_loom))]
+const PATIENCE: std::time::Duration = std::time::Duration::from_millis(3);
+
+/// One CPU's moves (and those of threads past the table, in the last entry).
+#[derive(Debug, Default)]
+pub(super) struct Hands {
+    /// Moves begun and not ended.
+    held: AtomicUsize,
+    /// Moves that ended having carried frames (wrapping).
+    moved: AtomicUsize,
+}
+
+/// Frames out of every other allocation's sight from now until the value is dropped: the
+/// bracket of one move.
+pub(super) struct InHand<'a> {
+    hands: &'a Hands,
+    carried: bool,
+}
+
+impl InHand<'_> {
+    /// Records that the move took frames (one that took none ends unseen).
+    pub(super) fn carried(&mut self) {
+        self.carried = true;
+    }
+}
+
+impl Drop for InHand<'_> {
+    fn drop(&mut self) {
+        // SeqCst, as every access to the counts: an allocation that reads `held` as 0 after
+        // this decrement reads the `moved` increment before it.
+        if self.carried {
+            self.hands.moved.fetch_add(1, Ordering::SeqCst);
+        }
+        self.hands.held.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How long an allocation has looked ([`LOOKS_MIN`], [`PATIENCE`]).
+#[derive(Debug, Default)]
+pub(super) struct Patience {
+    looks: usize,
+    #[cfg(not(lockless_loom))]
+    since: Option<std::time::Instant>,
+}
+
+impl Patience {
+    /// Counts a look that was not whole; `true` once the allocation should give up.
+    pub(super) fn spent(&mut self) -> bool {
+        self.looks += 1;
+        if self.looks < LOOKS_MIN {
+            return false;
+        }
+        #[cfg(not(lockless_loom))]
+        {
+            let since = *self.since.get_or_insert_with(std::time::Instant::now);
+            since.elapsed() > PATIENCE
+        }
+        #[cfg(lockless_loom)]
+        true
+    }
+}
+
+/// One allocation's look through every source: the moves done when it began, and whether a
+/// source was passed over because another thread held it.
+#[derive(Debug)]
+pub(crate) struct Look {
+    moved: usize,
+    /// A source that may hold frames was skipped (a held cache, outgoing batch or stack).
+    pub(crate) skipped: bool,
+}
+
+impl PerCpuState {
+    /// Begins a move on the line of the CPU the thread runs on: call it before taking the
+    /// frames.
+    pub(super) fn in_hand(&self) -> InHand<'_> {
+        let here = self.cpu_now().map_or(usize::MAX, |c| c as usize);
+        let hands = &self.hands[here.min(self.hands.len() - 1)];
+        hands.held.fetch_add(1, Ordering::SeqCst);
+        // Between the increment and the take (its load or swap of the source need not be a
+        // release): with the fence in `look_was_whole`, an allocation whose look saw the source
+        // as the take left it sees the increment, or the `moved` that ended the move.
+        fence(Ordering::SeqCst);
+        InHand {
+            hands,
+            carried: false,
+        }
+    }
+
+    /// Begins a look through the sources.
+    pub(super) fn look(&self) -> Look {
+        Look {
+            moved: self.moves(),
+            skipped: false,
+        }
+    }
+
+    /// Whether `look`, which found every source empty and holds no move of its own, saw every
+    /// free frame: no move was in progress at its end, none ended since it began, and it
+    /// skipped no source.
+    pub(super) fn look_was_whole(&self, look: &Look) -> bool {
+        // Between the look's loads of the sources and the loads of the counts (see `in_hand`).
+        fence(Ordering::SeqCst);
+        !look.skipped
+            && self
+                .hands
+                .iter()
+                .all(|h| h.held.load(Ordering::SeqCst) == 0)
+            && self.moves() == look.moved
+    }
+
+    /// Before the next look: lets the threads holding frames run.
+    pub(super) fn before_looking_again(&self) {
+        thread::yield_now();
+    }
+
+    fn moves(&self) -> usize {
+        self.hands
+            .iter()
+            .map(|h| h.moved.load(Ordering::SeqCst))
+            .fold(0, usize::wrapping_add)
+    }
+}
+
+/// The per-CPU move counts of a pool of `cpus` CPUs (one more for threads past the table).
+pub(super) fn new_hands(cpus: usize) -> Box<[CachePadded<Hands>]> {
+    (0..=cpus)
+        .map(|_| CachePadded::new(Hands::default()))
+        .collect()
+}
