@@ -17,7 +17,7 @@
 use crossbeam_utils::CachePadded;
 
 use super::PerCpuState;
-use crate::sync::{AtomicUsize, Ordering, fence, thread};
+use crate::sync::{AtomicU64, Ordering, fence, thread};
 
 /// Looks an allocation makes, at least, before it reports `Exhausted` though frames kept moving
 /// (or sources stayed held) during every one; past them it keeps looking for [`PATIENCE`].
@@ -33,14 +33,14 @@ const LOOKS_MIN: usize = 4;
 #[cfg(not(lockless_loom))]
 const PATIENCE: std::time::Duration = std::time::Duration::from_millis(3);
 
-/// One CPU's moves (and those of threads past the table, in the last entry).
+/// One CPU's moves (and those of threads past the table, in the last entry): the moves begun
+/// and not ended in the low 32 bits, the moves that ended having carried frames in the high 32
+/// (wrapping), so that a move ends with one update of both.
 #[derive(Debug, Default)]
-pub(super) struct Hands {
-    /// Moves begun and not ended.
-    held: AtomicUsize,
-    /// Moves that ended having carried frames (wrapping).
-    moved: AtomicUsize,
-}
+pub(super) struct Hands(AtomicU64);
+
+/// The `Hands` change of a move that ends having carried frames: one more done, one fewer held.
+const ENDED_CARRYING: u64 = (1 << 32) - 1;
 
 /// Frames out of every other allocation's sight from now until the value is dropped: the
 /// bracket of one move.
@@ -58,12 +58,12 @@ impl InHand<'_> {
 
 impl Drop for InHand<'_> {
     fn drop(&mut self) {
-        // SeqCst, as every access to the counts: an allocation that reads `held` as 0 after
-        // this decrement reads the `moved` increment before it.
+        // Release: the move's work (the frames put where others look) before its end.
         if self.carried {
-            self.hands.moved.fetch_add(1, Ordering::SeqCst);
+            self.hands.0.fetch_add(ENDED_CARRYING, Ordering::Release);
+        } else {
+            self.hands.0.fetch_sub(1, Ordering::Release);
         }
-        self.hands.held.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -96,7 +96,7 @@ impl Patience {
 /// source was passed over because another thread held it.
 #[derive(Debug)]
 pub(crate) struct Look {
-    moved: usize,
+    moved: u32,
     /// A source that may hold frames was skipped (a held cache, outgoing batch or stack).
     pub(crate) skipped: bool,
 }
@@ -107,11 +107,11 @@ impl PerCpuState {
     pub(super) fn in_hand(&self) -> InHand<'_> {
         let here = self.cpu_now().map_or(usize::MAX, |c| c as usize);
         let hands = &self.hands[here.min(self.hands.len() - 1)];
-        hands.held.fetch_add(1, Ordering::SeqCst);
-        // Between the increment and the take (its load or swap of the source need not be a
-        // release): with the fence in `look_was_whole`, an allocation whose look saw the source
-        // as the take left it sees the increment, or the `moved` that ended the move.
-        fence(Ordering::SeqCst);
+        hands.0.fetch_add(1, Ordering::Relaxed);
+        // Between the count and the take: whatever the take writes to a source (the swap that
+        // empties a list, a cache's word) comes after this fence, so an allocation whose look
+        // read that write and then fences (`look_was_whole`) sees the count.
+        fence(Ordering::Release);
         InHand {
             hands,
             carried: false,
@@ -121,7 +121,7 @@ impl PerCpuState {
     /// Begins a look through the sources.
     pub(super) fn look(&self) -> Look {
         Look {
-            moved: self.moves(),
+            moved: self.counts().1,
             skipped: false,
         }
     }
@@ -130,14 +130,10 @@ impl PerCpuState {
     /// free frame: no move was in progress at its end, none ended since it began, and it
     /// skipped no source.
     pub(super) fn look_was_whole(&self, look: &Look) -> bool {
-        // Between the look's loads of the sources and the loads of the counts (see `in_hand`).
+        // Between the look's reads of the sources and the reads of the counts (see `in_hand`).
         fence(Ordering::SeqCst);
-        !look.skipped
-            && self
-                .hands
-                .iter()
-                .all(|h| h.held.load(Ordering::SeqCst) == 0)
-            && self.moves() == look.moved
+        let (held, moved) = self.counts();
+        !look.skipped && held == 0 && moved == look.moved
     }
 
     /// Before the next look: lets the threads holding frames run.
@@ -145,11 +141,15 @@ impl PerCpuState {
         thread::yield_now();
     }
 
-    fn moves(&self) -> usize {
-        self.hands
-            .iter()
-            .map(|h| h.moved.load(Ordering::SeqCst))
-            .fold(0, usize::wrapping_add)
+    /// Moves in progress and moves done (wrapping), summed over the CPUs.
+    fn counts(&self) -> (u32, u32) {
+        self.hands.iter().fold((0u32, 0u32), |(held, moved), h| {
+            let w = h.0.load(Ordering::Acquire);
+            (
+                held.wrapping_add(w as u32),
+                moved.wrapping_add((w >> 32) as u32),
+            )
+        })
     }
 }
 
