@@ -135,7 +135,9 @@ impl FifoBuilder {
             }
             Some(l) => l,
             None => match self.kind {
-                FifoKind::Bfifo => u64::from(self.tx_queue_len) * u64::from(self.psched_mtu),
+                // `__fifo_init`: `u32 limit = tx_queue_len; limit *= psched_mtu(dev);`, which
+                // wraps in 32 bits.
+                FifoKind::Bfifo => u64::from(self.tx_queue_len.wrapping_mul(self.psched_mtu)),
                 _ => u64::from(self.tx_queue_len),
             },
         };
@@ -266,6 +268,13 @@ impl<P: Packet> Pfifo<P> {
         self.kind
     }
 
+    /// Slots the queue's ring holds now (it grows as the queue passes its longest length so
+    /// far, and never shrinks). For tests.
+    #[doc(hidden)]
+    pub fn ring_capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
     /// The limit: packets, or bytes for bfifo.
     pub fn limit(&self) -> u64 {
         self.limit
@@ -309,9 +318,15 @@ impl<P: Packet> Pfifo<P> {
                 } else if (self.queue.len() as u64) < self.limit {
                     self.push(pkt, len);
                     return Verdict::Success;
-                } else if let Some(old) = self.remove_front() {
-                    to_free.drop_packet(old, DropReason::QdiscOverlimit);
+                } else if !self.queue.is_empty() {
+                    // `pfifo_tail_enqueue` drops the head, then queues the arrival. Queued first
+                    // here, so that a panic in the head's `len` loses the head alone, as in the
+                    // batch path; the outcome is the same.
                     self.push(pkt, len);
+                    if let Some(old) = self.remove_front() {
+                        self.stats.drops += 1;
+                        to_free.drop_packet(old, DropReason::QdiscOverlimit);
+                    }
                     return Verdict::Congested(DropReason::QdiscOverlimit);
                 }
             }
@@ -339,20 +354,19 @@ impl<P: Packet> Pfifo<P> {
         v
     }
 
-    /// [`Qdisc::enqueue_batch`] for bfifo: the ring is reserved once for the whole batch; each
+    /// [`Qdisc::enqueue_batch`] for bfifo: the backlog is read once for the batch; each
     /// packet still meets the byte limit by itself (a short packet after a dropped long one
-    /// may fit, as in `bfifo_enqueue`).
+    /// may fit, as in `bfifo_enqueue`). The ring grows only for packets queued, never for the
+    /// batch's length: how many fit is not known before their lengths are read, and a ring
+    /// never shrinks.
     fn bfifo_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
-        self.queue.reserve(batch.len());
         let mut v = BatchVerdict::default();
         let mut backlog = self.backlog_bytes();
         while let Some(pkt) = batch.pop_front() {
             let len = pkt.len() as u64;
             if backlog + len <= self.limit {
                 backlog += len;
-                self.bytes_in += len;
-                // SAFETY: `reserve` above left room for every packet of the batch.
-                unsafe { self.queue.push_back_with_room(pkt) };
+                self.push(pkt, len as usize);
                 v.record(Verdict::Success);
             } else {
                 self.stats.drops += 1;
@@ -381,6 +395,7 @@ impl<P: Packet> Pfifo<P> {
         let congested = Verdict::Congested(DropReason::QdiscOverlimit);
         for _ in 0..excess.min(qlen) {
             if let Some(old) = self.remove_front() {
+                self.stats.drops += 1;
                 to_free.drop_packet(old, DropReason::QdiscOverlimit);
             }
         }
@@ -415,12 +430,12 @@ impl<P: Packet> Pfifo<P> {
         v.record_n(Verdict::Dropped(DropReason::QdiscOverlimit), dropped);
     }
 
-    /// Takes the oldest packet out as a drop (head drop, reset).
+    /// Takes the oldest packet out, not sent (head drop, reset); a head drop also counts it
+    /// as a drop.
     fn remove_front(&mut self) -> Option<P> {
         let pkt = self.queue.pop_front()?;
         self.removed_pkts += 1;
         self.removed_bytes += pkt.len() as u64;
-        self.stats.drops += 1;
         Some(pkt)
     }
 }
@@ -520,6 +535,7 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
         self.backlog_bytes()
     }
 
+    /// `qdisc_reset_queue`: the packets are freed, not counted as drops.
     fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason) {
         while let Some(p) = self.remove_front() {
             to_free.drop_packet(p, reason);

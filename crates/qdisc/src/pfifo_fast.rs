@@ -74,7 +74,6 @@ impl PfifoFastBuilder {
         Ok(PfifoFast {
             bands: [Fifo::new(), Fifo::new(), Fifo::new()],
             capacity: self.tx_queue_len as usize,
-            qlen: 0,
             stats: QdiscStats::default(),
         })
     }
@@ -93,9 +92,10 @@ impl PfifoFastBuilder {
 /// assert_eq!(q.dequeue().map(|p| p.id()), Some(1));
 /// ```
 pub struct PfifoFast<P: Packet> {
+    /// The bands; their lengths are the queue's (no count of its own to fall out of step when
+    /// a packet's method panics).
     bands: [Fifo<P>; PFIFO_FAST_BANDS],
     capacity: usize,
-    qlen: usize,
     stats: QdiscStats,
 }
 
@@ -112,7 +112,6 @@ impl<P: Packet> PfifoFast<P> {
         PfifoFast {
             bands: [Fifo::new(), Fifo::new(), Fifo::new()],
             capacity: DEFAULT_TX_QUEUE_LEN as usize,
-            qlen: 0,
             stats: QdiscStats::default(),
         }
     }
@@ -155,7 +154,6 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
         }
         self.stats.backlog += pkt.len() as u64;
         band.push_back(pkt);
-        self.qlen += 1;
         Verdict::Success
     }
 
@@ -180,29 +178,29 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
             room[b] -= 1;
             self.stats.backlog += pkt.len() as u64;
             self.bands[b].push_back(pkt);
-            self.qlen += 1;
             v.record(Verdict::Success);
         }
         v
     }
 
-    /// Empties the bands in priority order, one counter update for the batch.
+    /// Empties the bands in priority order, one counter update for the batch (from a guard,
+    /// so that if a packet's `len` panics the counters still count the packets that reached
+    /// `out`; that packet is lost and its bytes stay in the backlog, as in `dequeue`).
     fn dequeue_batch(&mut self, out: &mut Fifo<P>, max: usize) -> usize {
-        let mut n = 0;
-        let mut bytes = 0u64;
+        let mut sent = Sent {
+            stats: &mut self.stats,
+            n: 0,
+            bytes: 0,
+        };
         for band in &mut self.bands {
-            while n < max {
+            while sent.n < max {
                 let Some(pkt) = band.pop_front() else { break };
-                bytes += pkt.len() as u64;
+                sent.bytes += pkt.len() as u64;
                 out.push_back(pkt);
-                n += 1;
+                sent.n += 1;
             }
         }
-        self.qlen -= n;
-        self.stats.backlog -= bytes;
-        self.stats.bytes += bytes;
-        self.stats.packets += n as u64;
-        n
+        sent.n
     }
 
     #[inline]
@@ -210,7 +208,6 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
         for band in &mut self.bands {
             if let Some(pkt) = band.pop_front() {
                 let len = pkt.len() as u64;
-                self.qlen -= 1;
                 self.stats.backlog -= len;
                 self.stats.bytes += len;
                 self.stats.packets += 1;
@@ -225,21 +222,20 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
     }
 
     fn len(&self) -> usize {
-        self.qlen
+        self.bands.iter().map(Fifo::len).sum()
     }
 
     fn backlog(&self) -> u64 {
         self.stats.backlog
     }
 
+    /// `pfifo_fast_reset`: the packets are freed, not counted as drops.
     fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason) {
         for band in &mut self.bands {
             while let Some(p) = band.pop_front() {
-                self.stats.drops += 1;
                 to_free.drop_packet(p, reason);
             }
         }
-        self.qlen = 0;
         self.stats.backlog = 0;
     }
 
@@ -249,9 +245,24 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
 
     fn stats(&self) -> QdiscStats {
         QdiscStats {
-            qlen: self.qlen as u64,
+            qlen: self.len() as u64,
             ..self.stats
         }
+    }
+}
+
+/// The counters of a batched dequeue, applied once when it ends, or unwinds.
+struct Sent<'a> {
+    stats: &'a mut QdiscStats,
+    n: usize,
+    bytes: u64,
+}
+
+impl Drop for Sent<'_> {
+    fn drop(&mut self) {
+        self.stats.backlog -= self.bytes;
+        self.stats.bytes += self.bytes;
+        self.stats.packets += self.n as u64;
     }
 }
 

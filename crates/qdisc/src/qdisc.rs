@@ -192,7 +192,9 @@ pub trait Qdisc<P: Packet>: Send {
     }
     /// Bytes queued.
     fn backlog(&self) -> u64;
-    /// Removes every queued packet into `to_free` with `reason`, counted as drops.
+    /// Removes every queued packet into `to_free` with `reason`. They are not counted in the
+    /// qdisc's `drops`: the kernel's `qdisc_reset` frees them without touching
+    /// `qstats.drops` (the engine counts them under `reason`).
     fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason);
     /// Whether the qdisc is work-conserving, so an empty one may be bypassed
     /// (`TCQ_F_CAN_BYPASS`).

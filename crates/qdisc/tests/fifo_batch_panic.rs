@@ -10,7 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 use llist_defer::{Fifo, Link, Node};
-use qdisc::{FifoBuilder, FlowKey, Packet, Pfifo, Qdisc, TestPacket, ToFree};
+use qdisc::{FifoBuilder, FlowKey, Packet, Pfifo, PfifoFast, Qdisc, TestPacket, ToFree};
 
 thread_local! {
     /// The id whose `len` panics, if any.
@@ -142,4 +142,69 @@ fn a_panicking_len_in_dequeue_batch_loses_one_packet_as_the_loop_does() {
         got.push((q.len(), q.backlog(), q.stats().packets, q.stats().bytes));
     }
     assert_eq!(got[0], got[1], "batch and loop agree after the panic");
+}
+
+/// pfifo_fast under the same promise: the lost packet left its band, and the queue's length is
+/// its bands' (its bytes stay in the backlog: its length could not be read), whether it was
+/// dequeued in a batch or alone. A separate packet count left the length 11 above what the
+/// bands held after this, so an empty queue reported packets (and the engine never bypassed
+/// it again).
+#[test]
+fn a_panicking_len_in_a_pfifo_fast_dequeue_loses_one_packet_and_keeps_its_length() {
+    let mut got = Vec::new();
+    for batched in [true, false] {
+        let mut q: PfifoFast<Fused> = qdisc::PfifoFastBuilder::new()
+            .tx_queue_len(64)
+            .build()
+            .unwrap();
+        let mut to_free = ToFree::new();
+        let mut b = packets(0..40);
+        q.enqueue_batch(&mut b, &mut to_free);
+        let mut out = Fifo::new();
+        FUSE.with(|f| f.set(Some(10)));
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            if batched {
+                q.dequeue_batch(&mut out, 32);
+            } else {
+                for _ in 0..32 {
+                    let p = q.dequeue().expect("queued");
+                    out.push_back(p);
+                }
+            }
+        }));
+        assert!(r.is_err(), "the armed packet's len panicked");
+        assert_eq!(ids(&out), (0..10).collect::<Vec<_>>());
+        assert_eq!(q.len(), 29, "batched {batched}");
+        assert_eq!(q.stats().qlen, 29, "batched {batched}");
+        assert_eq!(q.backlog(), 30 * LEN as u64, "batched {batched}");
+        assert_eq!(q.stats().packets, 10, "batched {batched}");
+        FUSE.with(|f| f.set(None));
+        let rest: Vec<u64> = core::iter::from_fn(|| q.dequeue())
+            .map(|p| p.0.id())
+            .collect();
+        assert_eq!(rest, (11..40).collect::<Vec<_>>());
+        assert!(q.is_empty());
+        got.push((q.backlog(), q.stats().packets, q.stats().bytes));
+    }
+    assert_eq!(got[0], got[1], "batch and loop agree after the panic");
+}
+
+/// pfifo_head_drop, one packet at a time, full: the arrival goes in and the head is dropped
+/// (`pfifo_tail_enqueue`). If the head's `len` panics, only the head is lost: the arrival is
+/// queued. Before, the arrival was held while the head was removed, and both were lost.
+#[test]
+fn a_panicking_head_in_a_full_pfifo_head_drop_loses_only_the_head() {
+    let mut q: Pfifo<Fused> = FifoBuilder::head_drop().limit(2).build().unwrap();
+    let mut to_free = ToFree::new();
+    for p in packets(0..2) {
+        q.enqueue(p, &mut to_free);
+    }
+    FUSE.with(|f| f.set(Some(0)));
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        q.enqueue(Fused(TestPacket::new(2, LEN)), &mut to_free)
+    }));
+    assert!(r.is_err(), "the head's len panicked");
+    assert_eq!(q.len(), 2, "the arrival is queued behind packet 1");
+    assert_eq!(drain(&mut q), [1, 2]);
+    assert!(to_free.is_empty());
 }

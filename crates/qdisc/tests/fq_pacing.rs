@@ -347,7 +347,8 @@ fn throttled_flows_wake_in_time_order_and_latency_is_tracked() {
         (3, 3, 0)
     );
     assert_eq!(st.time_next_delayed_flow, (MS + 10_000) as i64);
-    assert!(q.to_string().contains(" next_packet_delay 1ms"), "{q}");
+    // iproute2 prints it with `sprint_time64`, `%.3gms`: 1 010 000 ns is "1.01ms".
+    assert!(q.to_string().contains(" next_packet_delay 1.01ms"), "{q}");
     assert_eq!(q.next_wakeup(), Some(t0 + MS));
     c.set(t0 + MS + 80_000); // the watchdog fired 80 us late
     assert_eq!(q.dequeue().map(|p| p.id()), Some(2));

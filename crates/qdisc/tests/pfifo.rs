@@ -167,10 +167,45 @@ fn peek_reset_and_stats() {
     q.reset(&mut tf, DropReason::Deactivated);
     assert_eq!(tf.count(DropReason::Deactivated), 1);
     let s = q.stats();
+    // `qdisc_reset_queue` frees the packets without counting drops.
     assert_eq!(
         (s.packets, s.bytes, s.drops, s.qlen, s.backlog),
-        (1, 100, 1, 0, 0)
+        (1, 100, 0, 0, 0)
     );
+}
+
+/// A batch far larger than what a bfifo can take grows the ring only for what it queues: the
+/// ring never shrinks, and reserving the batch's length kept a 2^20-slot ring for a queue of
+/// one packet.
+#[test]
+fn a_huge_batch_at_a_small_bfifo_grows_the_ring_only_for_what_it_queues() {
+    let mut q: Pfifo<TestPacket> = FifoBuilder::bfifo().limit(3000).build().unwrap();
+    let before = q.ring_capacity();
+    let mut batch: llist_defer::Fifo<TestPacket> =
+        (0..100_000).map(|i| TestPacket::new(i, 1500)).collect();
+    let mut tf = ToFree::new();
+    let v = q.enqueue_batch(&mut batch, &mut tf);
+    assert_eq!((q.len(), tf.len()), (2, 99_998));
+    assert_eq!(v.dropped, 99_998);
+    assert!(
+        q.ring_capacity() <= before.max(2),
+        "ring of {} slots for 2 packets (had {before})",
+        q.ring_capacity()
+    );
+}
+
+/// Without a limit a bfifo takes `tx_queue_len × psched_mtu` bytes, computed in 32 bits as
+/// `__fifo_init` does (`u32 limit = tx_queue_len; limit *= psched_mtu(dev);`): 3 000 000 ×
+/// 1514 wraps to 247 032 704.
+#[test]
+fn the_default_bfifo_limit_wraps_in_32_bits_as_fifo_init() {
+    let q: Pfifo<TestPacket> = FifoBuilder::bfifo()
+        .tx_queue_len(3_000_000)
+        .psched_mtu(1514)
+        .build()
+        .unwrap();
+    assert_eq!(q.limit(), 247_032_704);
+    assert_eq!(q.limit(), u64::from(3_000_000u32.wrapping_mul(1514)));
 }
 
 #[test]

@@ -271,7 +271,6 @@ proptest! {
                     let mut tf = ToFree::new();
                     q.reset(&mut tf, DropReason::Deactivated);
                     prop_assert_eq!(tf.len(), inside.len());
-                    drops += inside.len() as u64;
                     for (k, _) in inside.drain() { gone.insert(k); }
                     last_out.clear();
                 }

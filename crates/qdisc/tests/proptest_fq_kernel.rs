@@ -303,7 +303,6 @@ proptest! {
                     let mut tf = ToFree::new();
                     q.reset(&mut tf, DropReason::Deactivated);
                     prop_assert_eq!(tf.len(), inside.len());
-                    drops += inside.len() as u64;
                     inside.clear();
                     last_seq.clear();
                 }

@@ -537,20 +537,17 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
         self.backlog
     }
 
+    /// `fq_reset`: the packets are freed (`fq_flow_purge`), not counted as drops.
     fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason) {
-        let mut dropped = 0;
         while let Some(p) = self.stash.pop_front() {
-            dropped += 1;
             to_free.drop_packet(p, reason);
         }
-        dropped += self
-            .internal
-            .purge(&mut self.internal_cold, to_free, reason)
-            .0;
+        self.internal
+            .purge(&mut self.internal_cold, to_free, reason);
         let live: Vec<u32> = self.table.live().collect();
         for idx in live {
             let (f, cold) = self.table.both_mut(idx);
-            dropped += f.purge(cold, to_free, reason).0;
+            f.purge(cold, to_free, reason);
         }
         self.table.clear();
         for b in &mut self.bands {
@@ -566,7 +563,6 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
         self.throttled_flows = 0;
         self.qlen = 0;
         self.backlog = 0;
-        self.stats.drops += dropped;
         self.admitted_limit = self.cfg.limit;
         self.admitted_flow_limit = self.cfg.flow_limit;
     }
