@@ -44,6 +44,9 @@ struct Faults {
     enqueue_panic: AtomicBool,
     /// The qdisc panics on its next dequeue, before touching anything.
     dequeue_panic: AtomicBool,
+    /// The qdisc panics on its next dequeue with the packet it took in its hands (lost, as
+    /// when a packet's method panics inside a qdisc's dequeue).
+    dequeue_lose_panic: AtomicBool,
     /// The wake callback panics on its next call.
     waker_panic: AtomicBool,
     /// Random faults: one driver call in this many panics (0: never).
@@ -128,6 +131,14 @@ impl Qdisc<Skb> for FaultyQdisc {
     }
     fn dequeue(&mut self) -> Option<Skb> {
         if self.faults.dequeue_panic.swap(false, Ordering::Relaxed) {
+            std::panic::panic_any(BOOM);
+        }
+        if self
+            .faults
+            .dequeue_lose_panic
+            .swap(false, Ordering::Relaxed)
+        {
+            drop(self.inner.dequeue());
             std::panic::panic_any(BOOM);
         }
         self.inner.dequeue()
@@ -302,6 +313,43 @@ fn qdisc_dequeue_panic_in_the_runner() {
         assert_eq!(q.xmit(packet(&mut h, 5)), Verdict::Success, "{name}");
         while q.poll() {}
         assert_eq!(faults.sent.load(Ordering::Relaxed), 5, "{name}");
+        assert_conserved(name, &q, &faults, 6);
+        drop(q);
+        drop(h);
+        assert_eq!(pool.stats().free, 256, "{name}");
+    }
+}
+
+/// A dequeue that panics with a packet in the qdisc's hands loses that packet too: the
+/// engine counts it from the qdisc's length (it left the queue and never reached the batch),
+/// besides the batch in hand. Before, only the batch was counted and conservation came up one
+/// short.
+#[test]
+fn qdisc_dequeue_panic_that_loses_a_packet_counts_it() {
+    quiet_injected_panics();
+    for (name, builder) in strategies() {
+        let pool = Pool::builder().frame_count(256).build().unwrap();
+        let mut h = pool.handle().unwrap();
+        let faults = Faults::new();
+        let q = build(builder, &faults);
+        faults.stopped.store(true, Ordering::Relaxed);
+        for i in 0..5 {
+            q.xmit(packet(&mut h, i));
+        }
+        // The first packet went to the driver (bypass) and was requeued: it is the batch in
+        // hand; the dequeue that follows loses the next one.
+        faults.dequeue_lose_panic.store(true, Ordering::Relaxed);
+        faults.stopped.store(false, Ordering::Relaxed);
+        assert!(
+            catch_unwind(AssertUnwindSafe(|| q.wake())).is_err(),
+            "{name}"
+        );
+        assert_eq!(q.stats().drops_for(DropReason::Panic), 2, "{name}");
+        assert_eq!(q.backlog(), 3, "{name}");
+        assert_conserved(name, &q, &faults, 5);
+        assert_eq!(q.xmit(packet(&mut h, 5)), Verdict::Success, "{name}");
+        while q.poll() {}
+        assert_eq!(faults.sent.load(Ordering::Relaxed), 4, "{name}");
         assert_conserved(name, &q, &faults, 6);
         drop(q);
         drop(h);

@@ -236,9 +236,35 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             self.dequeue_qdisc_batch(root, batch, max);
             return;
         }
-        while batch.len() < max {
-            let Some(p) = root.qdisc.dequeue() else { break };
-            batch.push_back(p);
+        self.counting_dequeue_losses(root, batch, |q, batch| {
+            while batch.len() < max {
+                let Some(p) = q.dequeue() else { break };
+                batch.push_back(p);
+            }
+        });
+    }
+
+    /// Runs `dequeue`, which moves packets from the qdisc to the end of `batch`. If it panics
+    /// (a packet's method in the qdisc's hands), the packets that left the qdisc without
+    /// reaching `batch` (the qdiscs here lose at most the one being handled, and keep their
+    /// length true) count as [`DropReason::Panic`] before the unwind goes on; those in `batch`
+    /// are counted by the run's [`RunRole`].
+    #[inline(always)]
+    fn counting_dequeue_losses(
+        &self,
+        root: &mut Root<P, Q>,
+        batch: &mut Fifo<P>,
+        dequeue: impl FnOnce(&mut Q, &mut Fifo<P>),
+    ) {
+        let (queued, held) = (root.qdisc.len(), batch.len());
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dequeue(&mut root.qdisc, batch)
+        }));
+        if let Err(panic) = run {
+            let left = queued.saturating_sub(root.qdisc.len());
+            let lost = left.saturating_sub(batch.len().saturating_sub(held));
+            self.counters.drops[DropReason::Panic.index()].add(lost as u64);
+            std::panic::resume_unwind(panic);
         }
     }
 
@@ -254,10 +280,12 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     fn dequeue_qdisc_batch(&self, root: &mut Root<P, Q>, batch: &mut Fifo<P>, max: usize) {
         match root.qdisc.len() {
             0 => {}
-            1 => batch.extend(root.qdisc.dequeue()),
+            1 => self.counting_dequeue_losses(root, batch, |q, batch| batch.extend(q.dequeue())),
             queued => {
-                root.qdisc
-                    .dequeue_batch(batch, queued.min(max - batch.len()));
+                let n = queued.min(max - batch.len());
+                self.counting_dequeue_losses(root, batch, |q, batch| {
+                    q.dequeue_batch(batch, n);
+                });
             }
         }
     }
