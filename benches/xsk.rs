@@ -435,16 +435,9 @@ fn send_for(v: &mut dyn TxVariant, span: Duration, chunk: u64) -> (u64, Duration
 }
 
 fn main() {
-    if let Err(reason) = netns::available() {
-        println!("SKIPPED: bench xsk: {reason} (needs root and iproute2 for a veth pair)");
+    // A visible skip, or a failure under LOCKLESS_XMIT_REQUIRE_NETNS=1, as in the tests.
+    let Some(veth) = netns::veth_or_skip("bench xsk", 5) else {
         return;
-    }
-    let veth = match VethPair::create(5) {
-        Ok(v) => v,
-        Err(e) => {
-            println!("SKIPPED: bench xsk: cannot create namespaces/veth: {e}");
-            return;
-        }
     };
     let receiver = Receiver::start(&veth);
     let mut variants = variants(&veth);

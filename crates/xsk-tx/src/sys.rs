@@ -1,7 +1,8 @@
 //! Thin safe wrappers over the system calls AF_XDP needs: `socket`, `setsockopt`/`getsockopt`,
 //! `mmap`, `bind`, `sendto` (the TX kick), `recvfrom` (the RX wakeup), `poll`, the raw `bpf()`
-//! syscall, interface lookups (`if_nametoindex`, `SIOCGIFMTU`, ethtool `ETHTOOL_GCHANNELS`) and
-//! `setns`. Each returns `io::Error` with the errno; [`crate::Error`] classifies them.
+//! syscall, interface lookups (`if_nametoindex`, `SIOCGIFMTU`, ethtool `ETHTOOL_GCHANNELS`),
+//! and for the netns test harness `setns`, `flock` and `getrandom`. Each returns `io::Error`
+//! with the errno; [`crate::Error`] classifies them.
 //!
 //! `libc` 0.2 already carries the `if_xdp.h` uapi (`sockaddr_xdp`, `xdp_umem_reg`,
 //! `xdp_mmap_offsets`, `xdp_desc`, the `XDP_*` constants); what it lacks (the `bpf()` command
@@ -310,6 +311,39 @@ pub(crate) fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: plain syscall on a valid descriptor; it affects only the calling thread.
     cvt(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) })?;
     Ok(())
+}
+
+/// `flock(fd, op)` (`LOCK_EX`, `LOCK_EX | LOCK_NB`, ...), retried when a signal interrupts it.
+/// A lock held elsewhere under `LOCK_NB` is `EWOULDBLOCK`.
+pub(crate) fn flock(fd: BorrowedFd<'_>, op: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: plain syscall on a valid descriptor; it touches no memory of ours.
+        match cvt(unsafe { libc::flock(fd.as_raw_fd(), op) }) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r.map(drop),
+        }
+    }
+}
+
+/// Four bytes from the kernel's random source (`getrandom`, blocking until it is seeded).
+pub(crate) fn getrandom_u32() -> io::Result<u32> {
+    let mut buf = [0u8; 4];
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes during the call.
+        let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n == buf.len() as isize {
+            return Ok(u32::from_ne_bytes(buf));
+        }
+        let e = if n < 0 {
+            io::Error::last_os_error()
+        } else {
+            // Requests of at most 256 bytes are never cut short once the pool is seeded.
+            io::Error::other(format!("getrandom returned {n} of {} bytes", buf.len()))
+        };
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// Raw `bpf(cmd, attr, sizeof attr)`; returns the syscall's non-negative result.

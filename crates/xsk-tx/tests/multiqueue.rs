@@ -35,7 +35,10 @@ fn one_socket_per_queue_with_shared_umem() {
     let sender = {
         let (progress, ready) = (rx_progress.clone(), ready.clone());
         veth.b.ns.spawn(move || {
+            // Bounded: a receiving side that panics before it is ready never sets `ready`.
+            let deadline = Instant::now() + Duration::from_secs(60);
             while !ready.load(Ordering::Acquire) {
+                assert!(Instant::now() < deadline, "AF_XDP receiver never ready");
                 std::thread::sleep(Duration::from_millis(1));
             }
             let socks: Vec<UdpSocket> = (0..FLOWS)
@@ -47,7 +50,6 @@ fn one_socket_per_queue_with_shared_umem() {
                 })
                 .collect();
             let mut buf = vec![0u8; 2048];
-            let deadline = Instant::now() + Duration::from_secs(60);
             for seq in 0..N {
                 while seq - progress.load(Ordering::Acquire) >= WINDOW {
                     assert!(Instant::now() < deadline, "AF_XDP receiver stuck at {seq}");

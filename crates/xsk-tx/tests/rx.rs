@@ -27,7 +27,10 @@ fn receive_on(mode: AttachMode, test: &str) {
     let sender = {
         let (progress, ready) = (progress.clone(), ready.clone());
         veth.b.ns.spawn(move || {
+            // Bounded: a receiving side that panics before it is ready never sets `ready`.
+            let deadline = Instant::now() + Duration::from_secs(60);
             while !ready.load(Ordering::Acquire) {
+                assert!(Instant::now() < deadline, "receiver never ready");
                 std::thread::sleep(Duration::from_millis(1));
             }
             let sock = UdpSocket::bind(SocketAddrV4::new(b_ip, 0)).unwrap();
@@ -36,7 +39,6 @@ fn receive_on(mode: AttachMode, test: &str) {
             common::no_udp_checksum(&sock);
             sock.connect(SocketAddrV4::new(a_ip, PORT)).unwrap();
             let mut buf = vec![0u8; 2048];
-            let deadline = Instant::now() + Duration::from_secs(60);
             for seq in 0..N {
                 while seq - progress.load(Ordering::Acquire) >= WINDOW {
                     assert!(Instant::now() < deadline, "receiver stuck at {seq}");
@@ -72,12 +74,11 @@ fn receive_on(mode: AttachMode, test: &str) {
             let deadline = Instant::now() + Duration::from_secs(60);
             while count < N {
                 if Instant::now() > deadline {
+                    // Diagnostics only: a failure here must not hide the one below.
                     for ns in [&dbg_a, &dbg_b] {
-                        let o = std::process::Command::new("ip")
-                            .args(["-n", ns, "-s", "-d", "link"])
-                            .output()
-                            .unwrap();
-                        eprintln!("{}", String::from_utf8_lossy(&o.stdout));
+                        if let Ok(links) = netns::ip_output(&["-n", ns, "-s", "-d", "link"]) {
+                            eprintln!("{links}");
+                        }
                     }
                     panic!("only {count} received; {:?}", sock.statistics());
                 }

@@ -119,3 +119,69 @@ fn udp_counter_counts_datagrams_in_the_peer_namespace() {
     assert_eq!(counter.wait_for(50, Duration::from_secs(30)), 50);
     assert_eq!(counter.stop(), 50);
 }
+
+/// `struct __user_cap_header_struct` of `linux/capability.h`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`; version 3 passes two (capabilities 0-31, then 32-63).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+/// `CAP_NET_ADMIN`, which `SO_RCVBUFFORCE` needs.
+const CAP_NET_ADMIN: u32 = 12;
+
+/// Clears `cap` from the calling thread's effective set. The raw syscalls act on one thread
+/// (glibc's wrappers would not broadcast them either), and threads it spawns inherit the set.
+fn drop_effective_capability(cap: u32) -> std::io::Result<()> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: `header` and the two `data` entries that version 3 writes are valid, writable
+    // `#[repr(C)]` values for the duration of the call.
+    let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    if got != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    data[(cap / 32) as usize].effective &= !(1 << (cap % 32));
+    // SAFETY: as above; capset only reads them.
+    let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    if set != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Started from a thread without `CAP_NET_ADMIN`, the counter cannot force its receive buffer
+/// and says so instead of counting with the default one.
+#[test]
+fn udp_counter_reports_a_receive_buffer_it_cannot_force() {
+    let Some(veth) = netns::veth_or_skip("udp_counter_reports_a_receive_buffer_it_cannot_force", 1)
+    else {
+        return;
+    };
+    let dest = SocketAddrV4::new(veth.b.ip, 9603);
+    let started = std::thread::scope(|s| {
+        s.spawn(|| {
+            drop_effective_capability(CAP_NET_ADMIN).expect("capset");
+            UdpCounter::start(&veth.b.ns, dest).map(UdpCounter::stop)
+        })
+        .join()
+        .unwrap()
+    });
+    let err = started.expect_err("SO_RCVBUFFORCE without CAP_NET_ADMIN must fail");
+    assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+    assert!(err.to_string().contains("SO_RCVBUFFORCE"), "{err}");
+}
