@@ -351,8 +351,9 @@ impl Local {
             .map(|(i, w)| (i * 64 + w.trailing_zeros() as usize) as u16)
     }
 
-    /// Empties everything this handle holds into the depot (the handle is going away).
-    fn give_back_frames(&mut self) {
+    /// Empties everything this handle holds into the depot (the handle is going away);
+    /// returns whether it moved any frame.
+    fn give_back_frames(&mut self) -> bool {
         let mut all = core::mem::take(&mut self.cache);
         for a in self.returned.drain(..) {
             // SAFETY: `returned` holds only entries of free frames of this pool, each once.
@@ -361,13 +362,15 @@ impl Local {
         all.append(&mut core::mem::take(&mut self.taken).reverse());
         // SAFETY: an owner slot's list holds only packed heads of this pool.
         all.append(&mut unsafe { packed::unpack_oldest_first(self.slot().drain()) });
-        if !all.is_empty() {
-            self.pool()
-                .depot
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(all);
+        if all.is_empty() {
+            return false;
         }
+        self.pool()
+            .depot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(all);
+        true
     }
 }
 
@@ -727,11 +730,18 @@ impl Drop for PoolHandle {
         let local = self.local();
         local.give_back_frames();
         local.slot().release();
-        // Frees that saw the slot claimed and landed after the drain above.
-        local.give_back_frames();
+        // Frees that saw the slot claimed and landed after the drain above. The slot is
+        // vacant now, a place per-CPU refills look: taken out of it, its frames are in this
+        // thread's hands until the depot has them (`percpu/hands.rs`).
+        let pool = local.pool;
+        // SAFETY: our pool reference (`self.pool`) is held until this function returns.
+        let mut hand = unsafe { pool.as_ref() }.percpu.in_hand();
+        if local.give_back_frames() {
+            hand.carried();
+        }
+        drop(hand);
         let stats = core::mem::take(&mut local.stats);
         let credits = core::mem::take(&mut local.credits);
-        let pool = local.pool;
         // SAFETY: unregistered, so nothing else can reach the state; it was leaked from a Box.
         drop(unsafe { Box::from_raw(me) });
         // SAFETY: our pool reference (`self.pool`) is still held.

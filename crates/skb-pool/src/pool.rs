@@ -394,10 +394,13 @@ impl Pool {
     /// interrupt to that CPU in an rseq pool). Other threads move free frames between those
     /// places (a refill carries them from a list to its cache): an allocation that finds
     /// nothing while a move is in progress or has just ended, or while a place is held by
-    /// another thread, yields and looks again, so `Exhausted` means a look during which no
-    /// frame moved found none free. Under constant movement it gives up after 16 looks and 3 ms,
-    /// long enough for the frames waiting for their batch, which an rseq pool takes at most once
-    /// a millisecond (taking them interrupts every CPU).
+    /// another thread, yields and looks again. So `Exhausted` normally means a look during
+    /// which no frame moved found none free; while frames keep moving (or a thread holding
+    /// some is descheduled) it gives up after 16 looks and 2 ms, long enough for the frames
+    /// waiting for their batch, which an rseq pool takes at most once a millisecond (taking
+    /// them interrupts every CPU); [`PerCpuStats::exhausted_moving`] counts those. Frees are not
+    /// part of that: a frame freed behind a look, while other threads take the frames ahead of
+    /// it, can be missed, when the pool had at most that frame free.
     #[inline(always)]
     pub fn alloc(&self) -> Result<Skb, PoolError> {
         let frame = self.inner().percpu_alloc().ok_or(PoolError::Exhausted)?;
@@ -450,7 +453,8 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`PoolError::Exhausted`] if no frame came back within `timeout`.
+    /// [`PoolError::Exhausted`] if no frame came back within `timeout` (overrun by up to the
+    /// 2 ms an [`alloc`](Self::alloc) may look while frames move).
     pub fn alloc_wait(&self, timeout: std::time::Duration) -> Result<Skb, PoolError> {
         let deadline = std::time::Instant::now().checked_add(timeout);
         let mut longest = Self::FIRST_NAP;

@@ -12,7 +12,7 @@ use super::{DROP_REF, HOME_FLAG, NO_HOME, Op, PUSH_FREE, Res};
 use crate::meta::Frame;
 use crate::outgoing::{Full, Outgoing};
 use crate::pool::PoolInner;
-use crate::remote::{Deferred, Kick};
+use crate::remote::{Deferred, Kick, Wake};
 
 impl PoolInner {
     /// `Pool::free_bulk`'s fast path: frees `frames` (in-use frames of this pool, all stamped
@@ -186,8 +186,9 @@ impl PoolInner {
                         // together, then all are given back; nothing touches the pool after.
                         buf[k] = addr;
                         pc.counters_at(cpu as usize).remote_frees.add(k as u64 + 1);
-                        pool.send_packed(&buf[..=k], home);
+                        let wake = pool.send_packed(&buf[..=k], home);
                         drop(hand);
+                        kick(wake);
                         // SAFETY: the `k + 1` references are ours to drop; the pool is not used
                         // after.
                         return unsafe { PoolInner::drop_refs(this, k + 1) };
@@ -198,7 +199,7 @@ impl PoolInner {
                         match st {
                             Status::Refused if cap <= 1 => {
                                 pc.counters_at(cpu as usize).remote_frees.add(1);
-                                pool.send_packed(&[addr], home);
+                                kick(pool.send_packed(&[addr], home));
                                 // SAFETY: as above.
                                 return unsafe { PoolInner::drop_refs(this, 1) };
                             }
@@ -334,8 +335,9 @@ impl PoolInner {
             let m = (cap - k).min(rest.len());
             buf[k..k + m].copy_from_slice(&rest[..m]);
             rest = &rest[m..];
-            pool.send_packed(&buf[..k + m], home);
+            let wake = pool.send_packed(&buf[..k + m], home);
             drop(hand);
+            kick(wake);
             pc.counters_at(cpu as usize)
                 .remote_frees
                 .add((k + m) as u64);
@@ -364,10 +366,12 @@ impl PoolInner {
     /// Sends free frames (at most [`MAX_PACK`](crate::packed::MAX_PACK), all for `home`, whose
     /// references the caller gives back after) home as one packed batch, oldest first as given:
     /// the home CPU hands them out in that order.
+    /// Returns the wake to call, as [`send_home`](Self::send_home).
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
-    pub(super) fn send_packed(&self, frames: &[usize], home: u32) {
+    #[must_use]
+    pub(super) fn send_packed(&self, frames: &[usize], home: u32) -> Option<Wake> {
         // SAFETY: free frames of this pool, each once, that the caller gave up.
-        self.send_home(unsafe { Full::packed(frames, home) });
+        self.send_home(unsafe { Full::packed(frames, home) })
     }
 
     /// Frees a run of per-CPU frames that [`percpu_free_bulk`](Self::percpu_free_bulk) did
@@ -439,7 +443,9 @@ impl PoolInner {
                 rest = &rest[n..];
                 if let Some((full, mut hand)) = full {
                     hand.carried();
-                    self.send_home(full);
+                    let wake = self.send_home(full);
+                    drop(hand);
+                    kick(wake);
                 }
             }
         }
@@ -447,7 +453,7 @@ impl PoolInner {
             self.percpu.counters().remote_frees.add(1);
             // SAFETY: a free frame of this pool that the caller gave up.
             let frame = unsafe { Frame::from_addr(f) };
-            self.send_home(Full::alone(frame, home));
+            kick(self.send_home(Full::alone(frame, home)));
         }
     }
 
@@ -472,19 +478,25 @@ impl PoolInner {
     }
 
     /// `skb_attempt_defer_free` of a packed batch to its home CPU's defer list (kick at
-    /// half); past `defer_max`, its frames go to the overflow list unpacked.
-    pub(super) fn send_home(&self, full: Full) {
+    /// half); past `defer_max`, its frames go to the overflow list unpacked. Returns the home
+    /// CPU's wake callback if this send kicked it: the caller calls it ([`kick`]) once it has
+    /// ended its move's bracket, so that a slow callback (or one that allocates) does not
+    /// hold every allocation's look open.
+    #[must_use]
+    pub(super) fn send_home(&self, full: Full) -> Option<Wake> {
         self.percpu.counters().sends.add(1);
         let slot = &self.percpu.slots[full.home as usize];
         // SAFETY: a `Full` holds packed heads of free frames of this pool, given up to us.
-        let wake = match unsafe {
-            slot.defer_packed(full.heads, full.n, self.cfg.defer_max, &self.overflow)
-        } {
+        match unsafe { slot.defer_packed(full.heads, full.n, self.cfg.defer_max, &self.overflow) } {
             Deferred::Queued(Kick::Won(w)) => w,
             Deferred::Queued(Kick::None | Kick::AlreadyPending) | Deferred::Overflow => None,
-        };
-        if let Some(w) = wake {
-            w();
         }
+    }
+}
+
+/// Calls a wake callback [`PoolInner::send_home`] returned, if any.
+pub(super) fn kick(wake: Option<Wake>) {
+    if let Some(w) = wake {
+        w();
     }
 }

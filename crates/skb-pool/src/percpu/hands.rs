@@ -6,10 +6,17 @@
 //! everywhere in that moment finds nothing, though frames are free: on two busy CPUs with one
 //! frame in sixty-four to spare, hundreds of allocations a second reported `Exhausted` that
 //! way. So each such move is bracketed ([`InHand`]): a count of moves in progress and a count
-//! of moves done, per CPU (on the line of the CPU that began it, so bracketing costs no
-//! cross-core transfer). An allocation calls the pool exhausted only after a look during which
-//! no move was in progress or ended and no place was skipped because another thread held it
-//! ([`Look`]); otherwise it looks again.
+//! of moves done, per CPU (a move writes only the line of the CPU that began it; a look reads
+//! every CPU's). An allocation calls the pool exhausted after a look during which no move was
+//! in progress or ended, no place was skipped because another thread held it ([`Look`]) and
+//! every cache was empty; otherwise it looks again, for at least 16 looks and then until
+//! [`PATIENCE`] has passed, and then reports exhaustion anyway (counted apart:
+//! `PerCpuStats::exhausted_moving`): a mover descheduled with frames in hand, or a source
+//! held all that time, is not waited for longer.
+//!
+//! A look is not a snapshot of every frame: frees are not bracketed. A frame freed into a
+//! place the look has passed, while other allocations take the frames ahead of it, can be
+//! missed; at that moment the pool had at most that frame free.
 //!
 //! This file must not move frames itself: `refill.rs`, `free.rs` and `take.rs` do, inside the
 //! brackets.
@@ -31,7 +38,7 @@ const LOOKS_MIN: usize = 4;
 /// than the outgoing stacks' `TAKE_EVERY`, so that frames parked there are reached. Frames
 /// that move all the time are taken by others as fast as they come free, so it gives up then.
 #[cfg(not(lockless_loom))]
-const PATIENCE: std::time::Duration = std::time::Duration::from_millis(3);
+pub(super) const PATIENCE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// One CPU's moves (and those of threads past the table, in the last entry): the moves begun
 /// and not ended in the low 32 bits, the moves that ended having carried frames in the high 32
@@ -44,14 +51,14 @@ const ENDED_CARRYING: u64 = (1 << 32) - 1;
 
 /// Frames out of every other allocation's sight from now until the value is dropped: the
 /// bracket of one move.
-pub(super) struct InHand<'a> {
+pub(crate) struct InHand<'a> {
     hands: &'a Hands,
     carried: bool,
 }
 
 impl InHand<'_> {
     /// Records that the move took frames (one that took none ends unseen).
-    pub(super) fn carried(&mut self) {
+    pub(crate) fn carried(&mut self) {
         self.carried = true;
     }
 }
@@ -104,14 +111,17 @@ pub(crate) struct Look {
 impl PerCpuState {
     /// Begins a move on the line of the CPU the thread runs on: call it before taking the
     /// frames.
-    pub(super) fn in_hand(&self) -> InHand<'_> {
+    pub(crate) fn in_hand(&self) -> InHand<'_> {
         let here = self.cpu_now().map_or(usize::MAX, |c| c as usize);
         let hands = &self.hands[here.min(self.hands.len() - 1)];
         hands.0.fetch_add(1, Ordering::Relaxed);
-        // Between the count and the take: whatever the take writes to a source (the swap that
-        // empties a list, a cache's word) comes after this fence, so an allocation whose look
-        // read that write and then fences (`look_was_whole`) sees the count.
-        fence(Ordering::Release);
+        // Between the count and the take. With the fence in `look_was_whole`: if a look read a
+        // source as the take left it, or as any later write left it (another holder's plain
+        // store of a cache word, which a release fence alone would not order), this fence
+        // precedes that one in the total order of SeqCst fences, and the look sees the count.
+        // (The rseq sections write cache words in `asm!`, outside the language's model; on
+        // x86_64 its TSO orders them the same way.)
+        fence(Ordering::SeqCst);
         InHand {
             hands,
             carried: false,

@@ -48,7 +48,11 @@ impl PoolInner {
             if let Some(frame) = self.refill_once(cpu, &mut look) {
                 return Some(frame);
             }
-            if (pc.look_was_whole(&look) && pc.caches_empty()) || patience.spent() {
+            if pc.look_was_whole(&look) && pc.caches_empty() {
+                break;
+            }
+            if patience.spent() {
+                pc.counters_at(cpu).exhausted_moving.add(1);
                 break;
             }
             pc.before_looking_again();
@@ -124,9 +128,13 @@ impl PoolInner {
             hand.get_or_insert_with(|| pc.in_hand());
             got = self.take_outgoing_looking(Some(look));
         }
-        if got.is_empty() && pc.others_cached(cpu) {
+        // Every cache but the one of the CPU the thread runs on now (which the next look pops
+        // before anything else): after a migration, the dry cache of CPU `cpu` is another
+        // CPU's, and frames freed into it since are reached by taking.
+        let here = pc.cpu_now().map_or(usize::MAX, |c| c as usize);
+        if got.is_empty() && pc.others_cached(here) {
             hand.get_or_insert_with(|| pc.in_hand());
-            got = pc.take_cached(cpu, Some(look));
+            got = pc.take_cached(here, Some(look));
         }
         let first = got.pop_front()?;
         if let Some(h) = hand.as_mut() {
@@ -196,7 +204,6 @@ impl PoolInner {
         pc.counters_at(cpu).drains.add(1);
         // The lifted frames and the drained ones are in this thread's hands until stashed.
         let mut hand = pc.in_hand();
-        hand.carried();
         // The frames still cached were freed before those on the defer list, so they must be
         // handed out first (see `refill`): lift them off, stash the drained frames beneath,
         // and put them back on top in the order they had. Stashed on top instead, every kick
@@ -205,6 +212,9 @@ impl PoolInner {
         // skb_pool bench's shuffled bound).
         let mut lifted = [0usize; LIFT_MAX];
         let k = self.lift(cpu, &mut lifted);
+        if k > 0 || !pc.slots[cpu].looks_empty() {
+            hand.carried();
+        }
         self.stash_drained(cpu, false, k);
         self.put_back_lifted(&lifted[..k]);
     }

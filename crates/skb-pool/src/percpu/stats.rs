@@ -17,6 +17,7 @@ pub(super) struct Counters {
     pub(super) remote_frees: Counter,
     pub(super) sends: Counter,
     pub(super) exhausted: Counter,
+    pub(super) exhausted_moving: Counter,
     pub(super) bulk_aborts: Counter,
     pub(super) takings: Counter,
 }
@@ -75,6 +76,10 @@ pub struct PerCpuStats {
     /// [`PoolError::Exhausted`](crate::PoolError::Exhausted), unless a locked cache's preempted
     /// holder then hands it one).
     pub exhausted: u64,
+    /// Of those, refills that gave up while frames were still moving between the pool's places
+    /// or a place stayed held by another thread (after 16 looks and 2 ms): frames may have been
+    /// free, out of reach for that long.
+    pub exhausted_moving: u64,
 }
 
 impl PerCpuState {
@@ -114,6 +119,7 @@ impl PerCpuState {
             sends: self.sum(|c| &c.sends),
             cache_takings: self.sum(|c| &c.takings),
             exhausted: self.sum(|c| &c.exhausted),
+            exhausted_moving: self.sum(|c| &c.exhausted_moving),
         }
     }
 }
