@@ -24,12 +24,13 @@
 //!
 //! `fq_mem_bound` (interleaved mode, with the batched fq variants) is not a qdisc: it is the
 //! memory work fq cannot avoid per packet at each flow count, on the same packets in the same
-//! order and batches, pipelined as well as it can be (see [`MemBound`]). Its own cost at small
-//! flow counts means nothing; its growth with the flow count is the least that fq's memory
-//! work can grow by on this machine. So each flow count also prints `implied_min`: the flow
-//! curve fq_batch32 would have if its memory cost grew no more than the bound's,
-//! `(fq@first + (bound@N - bound@first)) / fq@first`, next to its measured curve. Where that
-//! exceeds a target for the curve, the target is out of reach on this machine.
+//! order and batches, pipelined as well as it can be (see [`MemBound`]). Its cost at a flow
+//! count is a floor for fq's there. Each flow count also prints `implied_min`, an estimate
+//! under an additive model: the flow curve fq_batch32 would have if its cost grew by exactly
+//! the bound's growth, `(fq@first + (bound@N - bound@first)) / fq@first`, next to its measured
+//! curve. It is not a floor (fq may overlap added stalls with its own work, as its pipelines
+//! try to); the flow counts run one after another, so the curves divide medians of different
+//! rounds.
 //! `fq_mem_bound_noindex` is the bound without the index line (flows found by their id), to
 //! show how much of the bound's growth that one random line a packet is, and
 //! `fq_mem_bound_idx4` the bound of an index a quarter of fq's (4-byte slot numbers, the key
@@ -709,10 +710,9 @@ fn interleaved(rounds: usize) {
             let base = *fq_base.entry(*name).or_insert(m);
             println!("{flows} curve:{name}/{name}@{first_flows} {:.2}", m / base);
         }
-        // The least fq_batch32's curve can be if fq did its own work at no memory cost beyond
-        // what `fq_mem_bound` pays: fq's cost at the first flow count plus the growth of the
-        // bound's from there.
-        // The same floor for the index layouts fq does not have (`implied_min_idx4`, ...).
+        // fq_batch32's curve if its cost grew by exactly the growth of `fq_mem_bound`'s (fq's
+        // cost at the first flow count plus that growth): an additive estimate, not a floor.
+        // The same for the index layouts fq does not have (`implied_min_idx4`, ...).
         for bound in ["fq_mem_bound", "fq_mem_bound_idx4", "fq_mem_bound_idx8"] {
             if let (Some(f), Some(b)) = (index("fq_batch32"), index(bound)) {
                 let (f0, b0) = (fq_base["fq_batch32"], fq_base[bound]);
