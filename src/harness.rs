@@ -682,13 +682,16 @@ pub fn run(w: &Workload, on_tick: &mut dyn FnMut(&Tick)) -> Cell {
                 bytes: AtomicU64::new(0),
             });
             let done = Arc::new(AtomicBool::new(false));
-            let tx = spawn_tx_thread(&peer, &done, &pool, w.driver_ns);
+            let tx = std::sync::Mutex::new(Some(spawn_tx_thread(&peer, &done, &pool, w.driver_ns)));
+            // The TX thread drains what is queued and is joined inside the timed region, as
+            // the engine's cells drain their queue (`while txq.poll()`) before the clock
+            // stops: its packets count in the rate and its time in the CPU per packet.
             let mut cell = drive(w, &pool, peer.clone(), on_tick, &|| {
                 done.store(true, Ordering::Release);
+                if let Some(tx) = tx.lock().map(|mut g| g.take()).unwrap_or(None) {
+                    tx.join().expect("TX thread");
+                }
             });
-            tx.join().expect("TX thread");
-            let (sent, _, _) = peer.progress();
-            cell.sent = sent;
             cell.queued = peer.queue.len() as u64;
             cell.with_pool_stats(&pool)
         }
