@@ -683,8 +683,17 @@ fn interleaved(rounds: usize) {
             step(n); // warm-up: one pass
         }
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
-        for _ in 0..rounds {
-            for (i, (_, step)) in variants.iter_mut().enumerate() {
+        let count = variants.len();
+        for round in 0..rounds {
+            // Rotated each round, and reversed every other one, so that no variant always
+            // runs first, last, or right after the same other one (whose tables it finds in
+            // the cache, or evicted).
+            let order = (0..count).map(|k| {
+                let k = if round % 2 == 1 { count - 1 - k } else { k };
+                (k + round) % count
+            });
+            for i in order {
+                let step = &mut variants[i].1;
                 let t = if cpu_time {
                     let c0 = process_cpu_time();
                     step(n);

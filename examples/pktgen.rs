@@ -868,10 +868,19 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
         for &threads in counts {
             let state = lockless_xmit::pingpong::probe();
             states.push((round, threads, state));
-            // Rotate the order each round so that no contender always runs first or last.
-            for k in 0..Contender::ALL.len() {
-                let contender = Contender::ALL[(k + round) % Contender::ALL.len()];
-                for &pool in cli.pool.kinds() {
+            // Rotate the order each round so that no contender always runs first or last, and
+            // reverse it (and the pools' and runners' order) every other round so that no
+            // contender always follows the same one.
+            let n = Contender::ALL.len();
+            let backwards = round % 2 == 1;
+            for k in 0..n {
+                let k = if backwards { n - 1 - k } else { k };
+                let contender = Contender::ALL[(k + round) % n];
+                let mut pools = cli.pool.kinds().to_vec();
+                if backwards {
+                    pools.reverse();
+                }
+                for &pool in &pools {
                     let w = Workload {
                         contender,
                         producers: threads as usize,
@@ -879,10 +888,10 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
                         ..base.clone()
                     };
                     let twin = both_runners && matches!(contender, Contender::Engine(_));
-                    let runners: &[bool] = if twin {
-                        &[true, false]
-                    } else {
-                        &[w.qdisc_batch]
+                    let runners: &[bool] = match (twin, backwards) {
+                        (true, false) => &[true, false],
+                        (true, true) => &[false, true],
+                        (false, _) => &[w.qdisc_batch],
                     };
                     for &qdisc_batch in runners {
                         let w = Workload {
