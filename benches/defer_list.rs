@@ -16,7 +16,11 @@
 //! - `mutex_vecdeque`: `Mutex<VecDeque<Box<u64>>>`; the consumer swaps the whole deque out under
 //!   the lock (the strongest way to use it).
 //!
-//! Run: `cargo bench --bench defer_list`.
+//! Run: `cargo bench --bench defer_list` (criterion: each contender in turn), or
+//! `DEFER_BENCH_ROUNDS=N cargo bench --bench defer_list`: N rounds in which every contender
+//! moves one slice of items at each producer count, in an order rotated each round and
+//! reversed every other one; it prints each contender's median M items/s and, per round, the
+//! defer list's and the bound's ratio to the best peer of that round (median and range).
 
 // criterion_group! generates an undocumented `benches` function.
 #![allow(missing_docs)]
@@ -28,7 +32,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use llist_defer::{Boxed, Chain, DeferList, Fifo, LList, Pushed, Rejected};
 
@@ -268,8 +272,16 @@ fn run<T: Transport>(shared: Arc<T>, producers: usize, total: u64) -> Duration {
     let consumer = {
         let (shared, start) = (shared.clone(), start.clone());
         thread::spawn(move || {
+            let mut boxes = Vec::with_capacity(total as usize);
+            // Touch the peers' sink before the timing: its first-touch page faults are not
+            // what is measured (the lists keep their items in a chain and never touch it).
+            // SAFETY: writing zeros into the spare capacity of a Vec of pointers; the length
+            // stays 0, so nothing reads them as values.
+            unsafe {
+                core::ptr::write_bytes(boxes.as_mut_ptr(), 0, total as usize);
+            }
             let mut sink = Sink {
-                boxes: Vec::with_capacity(total as usize),
+                boxes,
                 nodes: Fifo::new(),
                 sum: 0,
             };
@@ -374,5 +386,103 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+/// One contender of the interleaved mode: its name, whether it is a peer (else a diagnostic),
+/// and one slice of `items` items from `p` producers, returning M items/s.
+type Slice = (&'static str, bool, fn(usize, u64) -> f64);
+
+fn rate(d: Duration, items: u64) -> f64 {
+    items as f64 / d.as_secs_f64() / 1e6
+}
+
+const SLICES: [Slice; 7] = [
+    ("defer_list", false, |p, n| {
+        rate(run(Arc::new(Defer(DeferList::with_limit(1000).unwrap())), p, n), n)
+    }),
+    ("defer_list_batch", false, |p, n| {
+        rate(run(Arc::new(DeferBatch(DeferList::with_limit(1000).unwrap())), p, n), n)
+    }),
+    ("llist_unbounded", false, |p, n| {
+        rate(run(Arc::new(Unbounded(LList::new())), p, n), n)
+    }),
+    ("segqueue", true, |p, n| {
+        rate(run(Arc::new(Seg(SegQueue::new())), p, n), n)
+    }),
+    ("arrayqueue", true, |p, n| {
+        rate(run(Arc::new(Array(ArrayQueue::new(1024))), p, n), n)
+    }),
+    ("mpsc", true, |p, n| {
+        let (tx, rx) = mpsc::channel();
+        let q = Channel {
+            tx: Mutex::new(Some(tx)),
+            rx: Mutex::new(rx),
+        };
+        rate(run(Arc::new(q), p, n), n)
+    }),
+    ("mutex_vecdeque", true, |p, n| {
+        rate(run(Arc::new(MutexDeque(Mutex::new(VecDeque::new()))), p, n), n)
+    }),
+];
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// `DEFER_BENCH_ROUNDS=N`: every contender in every round, in-round ratios.
+fn interleaved(rounds: usize) {
+    const ITEMS_PER_SLICE: u64 = 2_000_000;
+    for p in [1usize, 2, 4, 8] {
+        let n = SLICES.len();
+        let mut rates = vec![Vec::new(); n];
+        for round in 0..rounds {
+            for k in 0..n {
+                let k = if round % 2 == 1 { n - 1 - k } else { k };
+                let i = (k + round) % n;
+                rates[i].push((SLICES[i].2)(p, ITEMS_PER_SLICE));
+            }
+        }
+        let best_peer: Vec<f64> = (0..rounds)
+            .map(|r| {
+                (0..n)
+                    .filter(|&i| SLICES[i].1)
+                    .map(|i| rates[i][r])
+                    .fold(0.0, f64::max)
+            })
+            .collect();
+        let mut line = format!("P={p}");
+        for (i, (name, _, _)) in SLICES.iter().enumerate() {
+            line += &format!(" {name} {:.1}", median(&mut rates[i].clone()));
+        }
+        println!("{line}");
+        for (i, name) in [(0usize, "defer_list"), (2, "llist_unbounded")] {
+            let mut r: Vec<f64> = (0..rounds).map(|k| rates[i][k] / best_peer[k]).collect();
+            let (lo, hi) = (
+                r.iter().copied().fold(f64::INFINITY, f64::min),
+                r.iter().copied().fold(0.0, f64::max),
+            );
+            println!(
+                "P={p} ratio:{name}/best_peer {:.2} ({lo:.2}-{hi:.2}) over {rounds} rounds",
+                median(&mut r)
+            );
+        }
+    }
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if let Some(rounds) = std::env::var("DEFER_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        interleaved(rounds.max(1));
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
