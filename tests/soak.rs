@@ -157,9 +157,8 @@ fn fq(h: &mut PoolHandle) -> Box<dyn Qdisc<Skb>> {
 ///
 /// Reusing instances keeps everything the chaos is for — the swap under traffic, the old
 /// qdisc's reset and its packets counted as deactivation drops — and adds a check: a reset
-/// qdisc must work again (conservation would catch it if not). At most one spare per kind is
-/// ever built beyond the three installed at once, so at most 12 qdiscs exist, and all of them
-/// are built during warm-up.
+/// qdisc must work again (conservation would catch it if not). A kind is built only while
+/// every qdisc of it is installed, so at most four of each exist (12 in all, 9 built here).
 struct Qdiscs {
     spare: Vec<Box<dyn Qdisc<Skb>>>,
     built: u64,
@@ -459,15 +458,13 @@ fn soak() {
     assert_eq!(pool.stats().free, FRAMES);
     let pcs = pool.per_cpu_stats();
     let per_cpu_allocs = per_cpu_allocs.load(Ordering::Relaxed);
+    // The per-CPU path ran under the chaos: frames freed on other CPUs went home and dry
+    // caches refilled (the pool's own counters, not the test's).
     assert!(
-        per_cpu_allocs > 0,
-        "no producer allocated from the per-CPU caches"
+        pcs.refills > 0 && pcs.remote_frees > 0,
+        "per-CPU allocation not exercised: {pcs:?}"
     );
     assert!(replaced > 0 && deactivated > 0, "{replaced} {deactivated}");
-    assert!(
-        built <= 9,
-        "{built} qdiscs built: spares are not being reused"
-    );
     let after: Vec<(f64, f64)> = samples
         .iter()
         .filter(|(t, ..)| *t > warmup)

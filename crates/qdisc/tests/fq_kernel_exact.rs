@@ -134,7 +134,8 @@ fn refill_waits_for_whole_jiffies_and_the_odd_age() {
     // Detached at jiffy 1001 (odd): age 1001 too, so the same jiffy 1042 decides, 1 ms sooner.
     assert!(!refilled(b, S + MS, 40 * MS + 999 * US));
     assert!(refilled(b, S + MS, 41 * MS));
-    // Detached late in jiffy 1000: 40.1 ms later is jiffy 1040, no refill (in ns it would be).
+    // Detached late in jiffy 1000 (1000.9 ms): age 1001; 40.1 ms later is 1041.0 ms, jiffy
+    // 1041, and time_after(1041, 1001 + 40) is false: no refill (in ns it would be).
     assert!(!refilled(b, S + 900 * US, 40 * MS + 100 * US));
 }
 
@@ -317,9 +318,13 @@ fn gc_age_is_three_hz_jiffies_after_the_odd_age() {
     assert_eq!(q.fq_stats().gc_flows, 2);
 }
 
+/// Not kernel-exact, the port's documented rule (`fq/table.rs`): the kernel's `fq_gc` takes
+/// at most `FQ_GC_MAX` (8) candidates met on the rbtree search path toward the key, and stops
+/// there at the looked-up flow (`if (f->sk == sk) break;`); this table has no trees and takes
+/// up to 8 candidates of the same bucket, oldest first, never the looked-up flow. The cap and
+/// the bucket are the kernel's; which candidates, when the path would meet fewer, are not.
 #[test]
 fn gc_takes_at_most_eight_per_lookup_never_the_looked_up_flow() {
-    // FQ_GC_MAX 8; `if (f->sk == sk) break;` keeps the flow being looked up.
     let c = clock();
     let idle: Vec<u64> = socks_in(1, 3).take(11).collect();
     let mut q = with_idle_flows(&c, 3, &idle);
@@ -351,7 +356,9 @@ fn fast_path_enqueues_collect_nothing() {
     let st = q.fq_stats();
     assert_eq!((st.fastpath_packets, st.gc_flows), (1, 0));
     // A packet of the capped socket goes through a flow lookup in its bucket, 0 like the idle
-    // flows', and collects them.
+    // flows', and collects them (all three: the port's rule, see
+    // `gc_takes_at_most_eight_per_lookup_never_the_looked_up_flow`; the kernel's walk takes
+    // those on the search path only).
     assert_eq!(kernel_bucket(HOLD, 1), 0);
     assert_eq!(q.bucket_of(sock(HOLD)), 0);
     enq(&mut q, pkt(52, 100, sock(HOLD)));

@@ -118,8 +118,9 @@ fn socket_pacing_rate_and_so_max_pacing_rate() {
         (got - rate as f64).abs() / (rate as f64) < 0.01,
         "got {got}"
     );
-    // fq_fastpath_check tests sk_max_pacing_rate, and only for sockets that are not TCP: the
-    // first 8 packets into the idle qdisc went out unpaced through the internal queue.
+    // fq_fastpath_check tests sk_max_pacing_rate, and only for sockets that are not TCP, and
+    // `if (q->internal.qlen >= 8) return false;` caps the internal queue: the first 8 packets
+    // into the idle qdisc went out unpaced through it.
     assert_eq!(q.fq_stats().fastpath_packets, 8);
 
     // SO_MAX_PACING_RATE caps the socket's own rate (and on a TCP socket leaves the fast
@@ -172,7 +173,8 @@ fn below_low_rate_threshold_every_packet_is_paced() {
     // 1000 B at 50 kB/s: 20 ms apart, from the very first packet (credit forced to 0).
     assert_eq!(times, (0..10).map(|i| i * 20 * MS).collect::<Vec<_>>());
 
-    // Just above the threshold, pacing is per quantum: the initial quantum leaves at once.
+    // Just above the threshold (fq_init: `q->low_rate_threshold = 550000 / 8`, 68 750 B/s),
+    // pacing is per quantum: the initial quantum leaves at once.
     let c = clock();
     let t0 = c.now_ns();
     let mut q: TestFq = fq_builder(&c).build().unwrap();

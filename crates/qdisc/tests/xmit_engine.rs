@@ -280,6 +280,44 @@ fn a_producer_refused_under_wait_parks_until_the_drain() {
     assert_eq!(q.stats().dropped(), 0);
 }
 
+/// The same under `Overflow::Drop`, set up so that the refusal is certain: the first pusher
+/// waits for the root lock the test holds, the second is counted behind it (the list at its
+/// limit of 1), and the third is refused at once with `QdiscBurst` and counted.
+#[test]
+fn a_producer_refused_under_drop_gets_qdisc_burst() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let q: Arc<Txq> = Arc::new(
+        TxQueue::builder()
+            .strategy(Strategy::DeferList)
+            .burst_limit(1)
+            .early_bypass(false)
+            .overflow(Overflow::Drop)
+            .build(Pfifo::new(), RecordingDriver::new())
+            .unwrap(),
+    );
+    let xmit = |id: u64| {
+        let q = q.clone();
+        std::thread::spawn(move || q.xmit(TestPacket::new(id, 60)))
+    };
+    let (first, third) = q.with_qdisc(|_| {
+        let first = xmit(1);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while q.defer_list_is_empty() {
+            assert!(Instant::now() < deadline, "never: the first push");
+            std::thread::yield_now();
+        }
+        assert_eq!(xmit(2).join().unwrap(), Verdict::Success);
+        (first, xmit(3).join().unwrap())
+    });
+    assert_eq!(third, Verdict::Dropped(DropReason::QdiscBurst));
+    assert_eq!(first.join().unwrap(), Verdict::Success);
+    while q.poll() {}
+    assert_eq!(sent_ids(&q), [1, 2]);
+    let st = q.stats();
+    assert_eq!((st.dropped(), st.drops_for(DropReason::QdiscBurst)), (1, 1));
+}
+
 #[test]
 fn bad_config_is_a_typed_error() {
     let e = TxQueue::builder()

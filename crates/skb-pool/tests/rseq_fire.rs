@@ -293,14 +293,20 @@ fn fire(mode: PerCpu, bulk: bool, order: RefillOrder, drained: bool) {
     let stats = pool.stats();
     assert_eq!((stats.free, stats.outstanding()), (FRAMES, 0), "{stats:?}");
     // Every frame reachable from one CPU, each once: other CPUs' caches by takings, frames
-    // waiting in outgoing stacks by a stack taking (at most one a millisecond: hence the wait).
+    // waiting in outgoing stacks by a stack taking (at most one a millisecond).
     let mut all = Vec::with_capacity(FRAMES);
     std::thread::scope(|s| {
         s.spawn(|| {
             pin(cpus[0]);
-            while let Ok(skb) = pool.alloc_wait(std::time::Duration::from_millis(20)) {
-                all.push(skb);
+            // Each frame within 5 s (a generous bound, not a synchronization: the frames are
+            // all free already), then none more.
+            for _ in 0..FRAMES {
+                match pool.alloc_wait(std::time::Duration::from_secs(5)) {
+                    Ok(skb) => all.push(skb),
+                    Err(e) => panic!("{} of {FRAMES} frames reached: {e}", all.len()),
+                }
             }
+            assert!(pool.alloc().is_err(), "a frame handed out twice");
         });
     });
     let mut idx: Vec<u32> = all.iter().map(Skb::frame_index).collect();
