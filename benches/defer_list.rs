@@ -396,10 +396,20 @@ fn rate(d: Duration, items: u64) -> f64 {
 
 const SLICES: [Slice; 7] = [
     ("defer_list", false, |p, n| {
-        rate(run(Arc::new(Defer(DeferList::with_limit(1000).unwrap())), p, n), n)
+        rate(
+            run(Arc::new(Defer(DeferList::with_limit(1000).unwrap())), p, n),
+            n,
+        )
     }),
     ("defer_list_batch", false, |p, n| {
-        rate(run(Arc::new(DeferBatch(DeferList::with_limit(1000).unwrap())), p, n), n)
+        rate(
+            run(
+                Arc::new(DeferBatch(DeferList::with_limit(1000).unwrap())),
+                p,
+                n,
+            ),
+            n,
+        )
     }),
     ("llist_unbounded", false, |p, n| {
         rate(run(Arc::new(Unbounded(LList::new())), p, n), n)
@@ -419,7 +429,10 @@ const SLICES: [Slice; 7] = [
         rate(run(Arc::new(q), p, n), n)
     }),
     ("mutex_vecdeque", true, |p, n| {
-        rate(run(Arc::new(MutexDeque(Mutex::new(VecDeque::new()))), p, n), n)
+        rate(
+            run(Arc::new(MutexDeque(Mutex::new(VecDeque::new()))), p, n),
+            n,
+        )
     }),
 ];
 
