@@ -17,6 +17,9 @@ use qdisc::{
 use skb_pool::{Pool, PoolHandle, Skb};
 
 /// The payload of every panic these tests cause; the hook stays quiet for it only.
+/// How long a producer waits for a frame to come home: far longer than backpressure ever
+/// holds one, so that a stranded frame fails the test instead of hanging it.
+const FRAME_WAIT: Duration = Duration::from_secs(30);
 const BOOM: &str = "injected fault";
 
 fn quiet_injected_panics() {
@@ -446,7 +449,9 @@ fn random_panics_under_load_lose_nothing() {
                     let mut h = pool.handle().unwrap();
                     start.wait();
                     for i in 0..per_producer {
-                        let mut skb = h.alloc_wait(Duration::MAX).expect("frames come home");
+                        let mut skb = h
+                            .alloc_wait(FRAME_WAIT)
+                            .expect("no frame came home within 30 s: one is stranded");
                         skb.put_slice(&(p << 32 | i).to_le_bytes()).unwrap();
                         if catch_unwind(AssertUnwindSafe(|| q.xmit(skb))).is_err() {
                             seen.fetch_add(1, Ordering::Relaxed);

@@ -29,6 +29,9 @@ use skb_pool::{Pool, PoolHandle, Skb};
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
 
+/// How long a producer waits for a frame to come home: far longer than backpressure ever
+/// holds one, so that a stranded frame fails the test instead of hanging it.
+const FRAME_WAIT: Duration = Duration::from_secs(30);
 const PRODUCERS: usize = 16;
 const FLOWS: u32 = 1000;
 const FRAMES: usize = 16_384;
@@ -126,7 +129,9 @@ fn fq(h: &mut PoolHandle) -> Box<dyn Qdisc<Skb>> {
     let mut to_free = ToFree::new();
     for flow in 0..FLOWS {
         for _ in 0..FQ_FLOW_LIMIT {
-            let mut skb = h.alloc_wait(Duration::MAX).expect("frames come home");
+            let mut skb = h
+                .alloc_wait(FRAME_WAIT)
+                .expect("no frame came home within 30 s: one is stranded");
             skb.put(60).unwrap();
             skb.set_flow_hash(flow);
             let _ = q.enqueue(skb, &mut to_free);
@@ -298,13 +303,13 @@ fn soak() {
                     }
                     let skb = {
                         let mut skb = match h.as_mut() {
-                            Some(h) => h.alloc_wait(Duration::MAX),
+                            Some(h) => h.alloc_wait(FRAME_WAIT),
                             None => {
                                 per_cpu_allocs.fetch_add(1, Ordering::Relaxed);
-                                pool.alloc_wait(Duration::MAX)
+                                pool.alloc_wait(FRAME_WAIT)
                             }
                         }
-                        .expect("frames come home");
+                        .expect("no frame came home within 30 s: one is stranded");
                         let len = 60 + rng.below(200) as usize;
                         skb.put(len).unwrap()[..8].copy_from_slice(&i.to_le_bytes());
                         skb.set_flow_hash(rng.below(u64::from(FLOWS)) as u32);

@@ -770,6 +770,13 @@ impl UdpCounter {
                     c.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            // What the socket still holds arrived before the stop: counted too, so that a
+            // receiver that fell behind does not turn queued datagrams into lost ones.
+            if sock.set_nonblocking(true).is_ok() {
+                while sock.recv(&mut buf).is_ok() {
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         });
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(UdpCounter {
@@ -812,7 +819,8 @@ impl UdpCounter {
         }
     }
 
-    /// Stops the receiver; returns the final count.
+    /// Stops the receiver, after it counted what its socket still held; returns the final
+    /// count.
     pub fn stop(mut self) -> u64 {
         self.shutdown();
         self.count()

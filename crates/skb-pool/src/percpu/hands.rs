@@ -18,8 +18,8 @@
 //! place the look has passed, while other allocations take the frames ahead of it, can be
 //! missed; at that moment the pool had at most that frame free.
 //!
-//! This file must not move frames itself: `refill.rs`, `free.rs` and `take.rs` do, inside the
-//! brackets.
+//! This file must not move frames itself: `refill.rs`, `free.rs`, `take.rs` and a handle's
+//! last drain (`handle.rs`) do, inside the brackets.
 
 use crossbeam_utils::CachePadded;
 
