@@ -8,6 +8,7 @@
 
 use core::ptr::NonNull;
 
+use super::hands::InHand;
 use super::{DROP_REF, HOME_FLAG, NO_HOME, Op, PUSH_FREE, Res};
 use crate::meta::Frame;
 use crate::outgoing::{Full, Outgoing};
@@ -186,9 +187,7 @@ impl PoolInner {
                         // together, then all are given back; nothing touches the pool after.
                         buf[k] = addr;
                         pc.counters_at(cpu as usize).remote_frees.add(k as u64 + 1);
-                        let wake = pool.send_packed(&buf[..=k], home);
-                        drop(hand);
-                        kick(wake);
+                        pool.send_packed(&buf[..=k], home, Some(hand));
                         // SAFETY: the `k + 1` references are ours to drop; the pool is not used
                         // after.
                         return unsafe { PoolInner::drop_refs(this, k + 1) };
@@ -199,7 +198,7 @@ impl PoolInner {
                         match st {
                             Status::Refused if cap <= 1 => {
                                 pc.counters_at(cpu as usize).remote_frees.add(1);
-                                kick(pool.send_packed(&[addr], home));
+                                pool.send_packed(&[addr], home, None);
                                 // SAFETY: as above.
                                 return unsafe { PoolInner::drop_refs(this, 1) };
                             }
@@ -335,9 +334,7 @@ impl PoolInner {
             let m = (cap - k).min(rest.len());
             buf[k..k + m].copy_from_slice(&rest[..m]);
             rest = &rest[m..];
-            let wake = pool.send_packed(&buf[..k + m], home);
-            drop(hand);
-            kick(wake);
+            pool.send_packed(&buf[..k + m], home, hand);
             pc.counters_at(cpu as usize)
                 .remote_frees
                 .add((k + m) as u64);
@@ -365,13 +362,12 @@ impl PoolInner {
 
     /// Sends free frames (at most [`MAX_PACK`](crate::packed::MAX_PACK), all for `home`, whose
     /// references the caller gives back after) home as one packed batch, oldest first as given:
-    /// the home CPU hands them out in that order.
-    /// Returns the wake to call, as [`send_home`](Self::send_home).
+    /// the home CPU hands them out in that order; then ends `hand`, as
+    /// [`send_home_from`](Self::send_home_from).
     #[cfg(all(target_arch = "x86_64", target_os = "linux", not(lockless_loom)))]
-    #[must_use]
-    pub(super) fn send_packed(&self, frames: &[usize], home: u32) -> Option<Wake> {
+    pub(super) fn send_packed(&self, frames: &[usize], home: u32, hand: Option<InHand<'_>>) {
         // SAFETY: free frames of this pool, each once, that the caller gave up.
-        self.send_home(unsafe { Full::packed(frames, home) })
+        self.send_home_from(unsafe { Full::packed(frames, home) }, hand);
     }
 
     /// Frees a run of per-CPU frames that [`percpu_free_bulk`](Self::percpu_free_bulk) did
@@ -443,9 +439,7 @@ impl PoolInner {
                 rest = &rest[n..];
                 if let Some((full, mut hand)) = full {
                     hand.carried();
-                    let wake = self.send_home(full);
-                    drop(hand);
-                    kick(wake);
+                    self.send_home_from(full, Some(hand));
                 }
             }
         }
@@ -453,7 +447,7 @@ impl PoolInner {
             self.percpu.counters().remote_frees.add(1);
             // SAFETY: a free frame of this pool that the caller gave up.
             let frame = unsafe { Frame::from_addr(f) };
-            kick(self.send_home(Full::alone(frame, home)));
+            self.send_home_from(Full::alone(frame, home), None);
         }
     }
 
@@ -478,12 +472,20 @@ impl PoolInner {
     }
 
     /// `skb_attempt_defer_free` of a packed batch to its home CPU's defer list (kick at
-    /// half); past `defer_max`, its frames go to the overflow list unpacked. Returns the home
-    /// CPU's wake callback if this send kicked it: the caller calls it ([`kick`]) once it has
-    /// ended its move's bracket, so that a slow callback (or one that allocates) does not
-    /// hold every allocation's look open.
-    #[must_use]
-    pub(super) fn send_home(&self, full: Full) -> Option<Wake> {
+    /// half); past `defer_max`, its frames go to the overflow list unpacked. Then ends `hand`,
+    /// the bracket of the move that took those frames out of a place other allocations look
+    /// (`hands.rs`), if there is one, and only then calls the home CPU's wake if this send
+    /// kicked it: a slow callback, or one that allocates, holds no allocation's look open.
+    pub(super) fn send_home_from(&self, full: Full, hand: Option<InHand<'_>>) {
+        let wake = self.send_home(full);
+        drop(hand);
+        if let Some(w) = wake {
+            w();
+        }
+    }
+
+    /// The send of [`send_home_from`](Self::send_home_from): the wake to call, if it kicked.
+    fn send_home(&self, full: Full) -> Option<Wake> {
         self.percpu.counters().sends.add(1);
         let slot = &self.percpu.slots[full.home as usize];
         // SAFETY: a `Full` holds packed heads of free frames of this pool, given up to us.
@@ -491,12 +493,5 @@ impl PoolInner {
             Deferred::Queued(Kick::Won(w)) => w,
             Deferred::Queued(Kick::None | Kick::AlreadyPending) | Deferred::Overflow => None,
         }
-    }
-}
-
-/// Calls a wake callback [`PoolInner::send_home`] returned, if any.
-pub(super) fn kick(wake: Option<Wake>) {
-    if let Some(w) = wake {
-        w();
     }
 }

@@ -48,7 +48,8 @@ impl PoolInner {
             if let Some(frame) = self.refill_once(cpu, &mut look) {
                 return Some(frame);
             }
-            if pc.look_was_whole(&look) && pc.caches_empty() {
+            // Whole, and no cache holds frames (not even this CPU's, filled meanwhile).
+            if pc.look_was_whole(&look) && !pc.others_cached(usize::MAX) {
                 break;
             }
             if patience.spent() {
@@ -134,7 +135,7 @@ impl PoolInner {
         let here = pc.cpu_now().map_or(usize::MAX, |c| c as usize);
         if got.is_empty() && pc.others_cached(here) {
             hand.get_or_insert_with(|| pc.in_hand());
-            got = pc.take_cached(here, Some(look));
+            got = pc.take_cached(here, look);
         }
         let first = got.pop_front()?;
         if let Some(h) = hand.as_mut() {

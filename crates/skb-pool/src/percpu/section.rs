@@ -119,9 +119,10 @@ impl PerCpuState {
         })
     }
 
-    /// Whether every cache looks empty (a snapshot).
-    pub(super) fn caches_empty(&self) -> bool {
-        (0..self.caches.len()).all(|cpu| self.cached(cpu) == 0)
+    /// Whether a cache other than CPU `here`'s holds frames (a snapshot; `usize::MAX`: any
+    /// cache).
+    pub(super) fn others_cached(&self, here: usize) -> bool {
+        (0..self.caches.len()).any(|cpu| cpu != here && self.cached(cpu) > 0)
     }
 
     /// Frames in CPU `cpu`'s cache now (a snapshot; 0 past the table).

@@ -34,11 +34,11 @@ impl PerCpuState {
     /// cleared, and the word and items are the taker's to read and rewrite. The restart costs an
     /// interrupt to that CPU if a thread of the process runs there (to every such CPU where the
     /// kernel cannot target one), and each taking brings half a cache.
+    ///
+    /// A cache that held frames but could not be held is noted in `look`.
     #[cold]
     #[inline(never)]
-    ///
-    /// A cache that held frames but could not be held is noted in `look` (when given).
-    pub(super) fn take_cached(&self, here: usize, mut look: Option<&mut Look>) -> Fifo<Frame> {
+    pub(super) fn take_cached(&self, here: usize, look: &mut Look) -> Fifo<Frame> {
         let mut taken = Fifo::new();
         // Fullest first without a list on the heap (this runs in the allocator's slow path):
         // each pass reads the counts and tries the fullest cache not tried yet, for at most
@@ -52,9 +52,7 @@ impl PerCpuState {
                 .max();
             let Some((_, cpu)) = fullest else { break };
             if !self.take_from(cpu, &mut taken) {
-                if let Some(l) = look.as_deref_mut() {
-                    l.skipped = true;
-                }
+                look.skipped = true;
             }
             if !taken.is_empty() {
                 self.counters_at(here).takings.add(1);
@@ -99,11 +97,6 @@ impl PerCpuState {
                 true
             }
         }
-    }
-
-    /// Whether a cache other than CPU `here`'s holds frames (a snapshot).
-    pub(super) fn others_cached(&self, here: usize) -> bool {
-        (0..self.caches.len()).any(|cpu| cpu != here && self.cached(cpu) > 0)
     }
 
     /// Moves the bottom half (rounded up) of cache `c` into `out`, oldest first, and the rest
