@@ -236,7 +236,8 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             self.dequeue_qdisc_batch(root, batch, max);
             return;
         }
-        self.counting_dequeue_losses(root, batch, |q, batch| {
+        let queued = root.qdisc.len();
+        self.counting_dequeue_losses(root, queued, batch, |q, batch| {
             while batch.len() < max {
                 let Some(p) = q.dequeue() else { break };
                 batch.push_back(p);
@@ -244,8 +245,9 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         });
     }
 
-    /// Runs `dequeue`, which moves packets from the qdisc to the end of `batch`. If it panics
-    /// (a packet's method in the qdisc's hands), the packets that left the qdisc without
+    /// Runs `dequeue`, which moves packets from the qdisc (holding `queued`, its `len()` as
+    /// the caller read it) to the end of `batch`. If it panics (a packet's method in the
+    /// qdisc's hands), the packets that left the qdisc without
     /// reaching `batch` (the qdiscs here lose at most the one being handled, and keep their
     /// length true) count as [`DropReason::Panic`] before the unwind goes on; those in `batch`
     /// are counted by the run's [`RunRole`].
@@ -253,10 +255,11 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     fn counting_dequeue_losses(
         &self,
         root: &mut Root<P, Q>,
+        queued: usize,
         batch: &mut Fifo<P>,
         dequeue: impl FnOnce(&mut Q, &mut Fifo<P>),
     ) {
-        let (queued, held) = (root.qdisc.len(), batch.len());
+        let held = batch.len();
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             dequeue(&mut root.qdisc, batch)
         }));
@@ -280,10 +283,12 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     fn dequeue_qdisc_batch(&self, root: &mut Root<P, Q>, batch: &mut Fifo<P>, max: usize) {
         match root.qdisc.len() {
             0 => {}
-            1 => self.counting_dequeue_losses(root, batch, |q, batch| batch.extend(q.dequeue())),
+            1 => self.counting_dequeue_losses(root, 1, batch, |q, batch| {
+                batch.extend(q.dequeue());
+            }),
             queued => {
                 let n = queued.min(max - batch.len());
-                self.counting_dequeue_losses(root, batch, |q, batch| {
+                self.counting_dequeue_losses(root, queued, batch, |q, batch| {
                     q.dequeue_batch(batch, n);
                 });
             }
