@@ -232,43 +232,54 @@ fn burst_limit_drops_the_arrival_or_waits() {
     }
 }
 
+/// A DeferList queue whose defer list holds one packet at most, with `overflow`.
+fn burst_limit_one(overflow: Overflow) -> std::sync::Arc<Txq> {
+    std::sync::Arc::new(
+        TxQueue::builder()
+            .strategy(Strategy::DeferList)
+            .burst_limit(1)
+            .early_bypass(false)
+            .overflow(overflow)
+            .build(Pfifo::new(), RecordingDriver::new())
+            .unwrap(),
+    )
+}
+
+/// `q.xmit` of packet `id` on a thread of its own.
+fn spawn_xmit(q: &std::sync::Arc<Txq>, id: u64) -> std::thread::JoinHandle<Verdict> {
+    let q = q.clone();
+    std::thread::spawn(move || q.xmit(TestPacket::new(id, 60)))
+}
+
+/// Waits (20 s at most, yielding) until `ok`.
+fn until(q: &Txq, what: &str, ok: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never: {what}; {}",
+            q.stats()
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// Under `Overflow::Wait` a producer refused by a full defer list parks until a drain resets
 /// the count, instead of spinning on the push. With the root lock held (so nobody drains), the
 /// first pusher waits for it, a second push fills the list (limit 1) and a third is refused:
 /// it must be counted parked, then released by the drain when the lock comes free.
 #[test]
 fn a_producer_refused_under_wait_parks_until_the_drain() {
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-    let q: Arc<Txq> = Arc::new(
-        TxQueue::builder()
-            .strategy(Strategy::DeferList)
-            .burst_limit(1)
-            .early_bypass(false)
-            .overflow(Overflow::Wait)
-            .build(Pfifo::new(), RecordingDriver::new())
-            .unwrap(),
-    );
-    let until = |what: &str, ok: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !ok() {
-            assert!(Instant::now() < deadline, "never: {what}; {}", q.stats());
-            std::thread::yield_now();
-        }
-    };
-    let xmit = |id: u64| {
-        let q = q.clone();
-        std::thread::spawn(move || q.xmit(TestPacket::new(id, 60)))
-    };
+    let q = burst_limit_one(Overflow::Wait);
     let (first, third) = q.with_qdisc(|_| {
         // The first pusher, waiting for the root lock this closure holds.
-        let first = xmit(1);
-        until("the first push", &|| !q.defer_list_is_empty());
+        let first = spawn_xmit(&q, 1);
+        until(&q, "the first push", || !q.defer_list_is_empty());
         // Counted behind it: the list is at its limit.
-        assert_eq!(xmit(2).join().unwrap(), Verdict::Success);
+        assert_eq!(spawn_xmit(&q, 2).join().unwrap(), Verdict::Success);
         // Refused: parks.
-        let third = xmit(3);
-        until("the refused producer parked", &|| {
+        let third = spawn_xmit(&q, 3);
+        until(&q, "the refused producer parked", || {
             q.stats().overflow_waits >= 1
         });
         (first, third)
@@ -285,30 +296,12 @@ fn a_producer_refused_under_wait_parks_until_the_drain() {
 /// limit of 1), and the third is refused at once with `QdiscBurst` and counted.
 #[test]
 fn a_producer_refused_under_drop_gets_qdisc_burst() {
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-    let q: Arc<Txq> = Arc::new(
-        TxQueue::builder()
-            .strategy(Strategy::DeferList)
-            .burst_limit(1)
-            .early_bypass(false)
-            .overflow(Overflow::Drop)
-            .build(Pfifo::new(), RecordingDriver::new())
-            .unwrap(),
-    );
-    let xmit = |id: u64| {
-        let q = q.clone();
-        std::thread::spawn(move || q.xmit(TestPacket::new(id, 60)))
-    };
+    let q = burst_limit_one(Overflow::Drop);
     let (first, third) = q.with_qdisc(|_| {
-        let first = xmit(1);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while q.defer_list_is_empty() {
-            assert!(Instant::now() < deadline, "never: the first push");
-            std::thread::yield_now();
-        }
-        assert_eq!(xmit(2).join().unwrap(), Verdict::Success);
-        (first, xmit(3).join().unwrap())
+        let first = spawn_xmit(&q, 1);
+        until(&q, "the first push", || !q.defer_list_is_empty());
+        assert_eq!(spawn_xmit(&q, 2).join().unwrap(), Verdict::Success);
+        (first, spawn_xmit(&q, 3).join().unwrap())
     });
     assert_eq!(third, Verdict::Dropped(DropReason::QdiscBurst));
     assert_eq!(first.join().unwrap(), Verdict::Success);
