@@ -52,6 +52,8 @@ mod enqueue;
 mod flow;
 /// A band's round-robin list of flows: a ring of flow indices.
 mod flow_list;
+/// Huge-page hints for the flow table's arrays.
+mod huge;
 /// Jiffies and the kernel's conversions.
 mod jiffies;
 /// The pacing delay.

@@ -34,6 +34,7 @@
 use std::collections::VecDeque;
 
 use super::flow::{Flow, FlowCold, FlowState, NIL};
+use super::huge;
 use super::jiffies::time_after;
 use crate::packet::Packet;
 
@@ -170,7 +171,7 @@ impl<P: Packet> FlowTable<P> {
             slots: Vec::new(),
             cold: Vec::new(),
             free: Vec::new(),
-            index: vec![Entry::VACANT; 1 << bits],
+            index: huge::filled(1 << bits, Entry::VACANT),
             bits,
             live: 0,
             ages: VecDeque::new(),
@@ -298,6 +299,8 @@ impl<P: Packet> FlowTable<P> {
             None if self.slots.len() < MAX_SLOTS => {
                 let mut f = Flow::new();
                 f.detach_gen = self.take_pos();
+                huge::reserve_one(&mut self.slots);
+                huge::reserve_one(&mut self.cold);
                 self.slots.push(f);
                 self.cold.push(FlowCold::new());
                 (self.slots.len() - 1) as u32
@@ -335,7 +338,7 @@ impl<P: Packet> FlowTable<P> {
 
     /// Rebuilds the index with `2^bits` entries (at least twice the live flows).
     fn rebuild(&mut self, bits: u32) {
-        let old = core::mem::replace(&mut self.index, vec![Entry::VACANT; 1 << bits]);
+        let old = core::mem::replace(&mut self.index, huge::filled(1 << bits, Entry::VACANT));
         self.bits = bits;
         for e in old.into_iter().filter(|e| e.tag != EMPTY) {
             self.place(e);

@@ -1,0 +1,119 @@
+//! Transparent huge pages for the flow table's large arrays (the index, the hot and cold flow
+//! slabs). Owns only the allocation of a `Vec`'s buffer and the `madvise` hint on it; it must
+//! not read or write the elements, and nothing the table decides depends on it.
+//!
+//! A table of a million flows spreads its lookups over about 100 MB. With 4 KiB pages every
+//! lookup's index line and flow line is also a TLB miss, and the page walk competes with the
+//! batched paths' prefetches. `MADV_HUGEPAGE` asks the kernel to back the buffer with 2 MiB
+//! pages where it can (`/sys/kernel/mm/transparent_hugepage/enabled` = `always` or `madvise`, the
+//! usual defaults); the hint is given before the buffer's pages are first written, because
+//! pages already faulted in as 4 KiB stay so until `khugepaged` collapses them. Where the kernel
+//! refuses (THP `never`, no contiguous memory) or on other systems nothing changes: the hint
+//! costs one system call per growth and is never an error.
+
+/// Buffers smaller than this are left alone: they cannot hold a whole huge page.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// A vector of `n` copies of `value` whose buffer was advised before it was filled.
+pub(super) fn filled<T: Clone>(n: usize, value: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    advise(&v);
+    v.resize(n, value);
+    v
+}
+
+/// Reserves room for one more element in `v`, doubling its capacity as `Vec::push` would, and
+/// advises the new buffer before the elements are moved into it.
+pub(super) fn reserve_one<T>(v: &mut Vec<T>) {
+    if v.len() < v.capacity() {
+        return;
+    }
+    let mut grown = Vec::with_capacity((2 * v.capacity()).max(4));
+    advise(&grown);
+    grown.append(v);
+    *v = grown;
+}
+
+/// Asks for huge pages over the whole pages inside `v`'s spare capacity (a hint).
+fn advise<T>(v: &Vec<T>) {
+    let bytes = v.capacity().saturating_mul(core::mem::size_of::<T>());
+    if bytes < HUGE_PAGE {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let start = v.as_ptr() as usize;
+        let page = 4096;
+        let first = start.next_multiple_of(page);
+        let end = (start + bytes) & !(page - 1);
+        if end > first {
+            // SAFETY: `[first, end)` lies inside the buffer `v` owns (page-aligned inward), and
+            // MADV_HUGEPAGE only changes how the kernel backs those pages, never their contents
+            // or protection; a refusal is returned as an error code, which a hint ignores.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// The `VmFlags` line of the mapping of `/proc/self/smaps` that holds `addr`.
+    fn vm_flags_at(addr: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = range.split_once('-') {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    inside = lo <= addr && addr < hi;
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return flags.to_string();
+                }
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    #[test]
+    fn large_buffers_are_advised_and_keep_their_elements() {
+        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+            eprintln!("SKIP: this kernel has no transparent huge pages");
+            return;
+        }
+        // 8 MiB of 16-byte entries: the madvise'd range starts at the buffer's first whole
+        // page, and `hg` in the mapping's flags is the kernel's record of MADV_HUGEPAGE.
+        let v = filled(1 << 19, [7u64; 2]);
+        assert!(v.iter().all(|e| *e == [7, 7]));
+        let page = (v.as_ptr() as usize).next_multiple_of(4096);
+        assert!(
+            vm_flags_at(page).split_whitespace().any(|f| f == "hg"),
+            "index buffer not advised"
+        );
+
+        let mut w: Vec<u64> = (0..(1 << 18)).collect();
+        w.shrink_to_fit();
+        reserve_one(&mut w);
+        assert!(w.capacity() >= 2 << 18);
+        w.push(1 << 18);
+        assert!(w.iter().enumerate().all(|(i, &x)| x == i as u64));
+        let page = (w.as_ptr() as usize).next_multiple_of(4096);
+        assert!(
+            vm_flags_at(page).split_whitespace().any(|f| f == "hg"),
+            "grown slab not advised"
+        );
+
+        // A small buffer is left alone (no system call), and keeps its elements too.
+        let s = filled(16, 3u8);
+        assert_eq!(s, vec![3u8; 16]);
+    }
+}
