@@ -181,6 +181,29 @@ fn limit_is_per_band() {
 }
 
 #[test]
+fn reset_gives_a_full_band_its_room_back() {
+    // The band check is `band_pkt_count[band] >= sch->limit` (fq_enqueue); upstream's
+    // "net_sched: sch_fq: clear q->band_pkt_count[] in fq_reset()" makes a reset give the room
+    // back (v6.19 kept the freed packets counted, and this band would refuse every packet).
+    let c = clock();
+    let mut q: TestFq = no_fastpath(fq_builder(&c)).limit(3).build().unwrap();
+    for i in 0..3 {
+        assert_eq!(enq(&mut q, pkt(i, 100, sock(i))), Verdict::Success);
+    }
+    assert_eq!(
+        enq(&mut q, pkt(3, 100, sock(3))),
+        Verdict::Dropped(DropReason::FqBandLimit)
+    );
+    let mut tf = ToFree::new();
+    q.reset(&mut tf, DropReason::Deactivated);
+    for i in 4..7 {
+        assert_eq!(enq(&mut q, pkt(i, 100, sock(i))), Verdict::Success);
+    }
+    assert_eq!(q.fq_stats().band_drops, [0, 1, 0]);
+    assert_eq!(drain(&mut q), [4, 5, 6]);
+}
+
+#[test]
 fn priomap_is_configurable() {
     let c = clock();
     let mut map = [2u8; 16];
@@ -333,6 +356,8 @@ fn peek_stashes_and_reset_drops_everything() {
     q.reset(&mut tf, DropReason::Deactivated);
     assert_eq!(tf.count(DropReason::Deactivated), 4);
     let st = q.fq_stats();
+    // band_pkt_count back to 0: upstream's "net_sched: sch_fq: clear q->band_pkt_count[] in
+    // fq_reset()" (v6.19's fq_reset kept the counts of the freed packets).
     assert_eq!(
         (q.len(), q.backlog(), st.flows, st.band_pkt_count),
         (0, 0, 0, [0; 3])

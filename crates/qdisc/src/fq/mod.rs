@@ -523,6 +523,11 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
         self.dequeue_at(&mut dequeue::ReadEach)
     }
 
+    /// `qdisc_peek_dequeued`: the packet is taken by `fq_dequeue` and held until the next
+    /// dequeue (or `reset`), still counted in `len` and `backlog`. One difference: the kernel's
+    /// `fq_dequeue` counts the packet as sent (`qdisc_bstats_update`) when the peek takes it,
+    /// this port when it leaves the qdisc, so a peeked packet that `reset` frees is never
+    /// counted as sent. (The kernel peeks only child qdiscs.)
     fn peek(&mut self) -> Option<NodeRef<'_, P>> {
         if self.stash.is_empty() {
             let p = self.fq_dequeue()?;
@@ -556,6 +561,10 @@ impl<P: Packet> Qdisc<P> for Fq<P> {
             b.new_flows.clear();
             b.old_flows.clear();
         }
+        // v6.19's fq_reset left band_pkt_count[] as it was, so every reset with packets queued
+        // shrank their bands' room for good; upstream's fix ("net_sched: sch_fq: clear
+        // q->band_pkt_count[] in fq_reset()", Fixes: 29f834aa326e, in the stable trees) clears
+        // it, and so does this port.
         self.band_pkt_count = [0; FQ_BANDS];
         self.delayed.clear();
         // fq_reset leaves q->time_next_delayed_flow as it was: until a dequeue finds it due and
