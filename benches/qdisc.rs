@@ -49,8 +49,8 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use llist_defer::Fifo;
 use lockless_xmit::harness::{median, process_cpu_time};
 use qdisc::{
-    FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, Packet, Pfifo, PfifoFastBuilder,
-    Qdisc, TestPacket, ToFree,
+    FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, PFIFO_FAST_MAX_TX_QUEUE_LEN,
+    Packet, Pfifo, PfifoFastBuilder, Qdisc, TestPacket, ToFree,
 };
 
 const FLOWS: [usize; 4] = [1, 100, 10_000, 100_000];
@@ -213,7 +213,7 @@ fn bench(c: &mut Criterion) {
             assert!(to_free.is_empty(), "{name}: nothing dropped");
         }
         let fast = PfifoFastBuilder::new()
-            .tx_queue_len(1 << 20)
+            .tx_queue_len(PFIFO_FAST_MAX_TX_QUEUE_LEN)
             .build()
             .expect("valid");
         run_qdisc(&mut g, "pfifo_fast", flows, fast);
@@ -621,7 +621,7 @@ fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
 fn others(flows: usize) -> Vec<(&'static str, Step)> {
     let mut v: Vec<(&'static str, Step)> = Vec::new();
     let fast = PfifoFastBuilder::new()
-        .tx_queue_len(1 << 20)
+        .tx_queue_len(PFIFO_FAST_MAX_TX_QUEUE_LEN)
         .build()
         .expect("valid");
     v.push(("pfifo_fast", step_qdisc(flows, fast, false)));

@@ -56,7 +56,9 @@ pub use fq::config::{FQ_BANDS, FQ_DEFAULT_WEIGHTS, FQ_MIN_WEIGHT, FqConfig};
 pub use fq::stats::FqStats;
 pub use fq::{Fq, FqBuilder};
 pub use pfifo::{DEFAULT_PSCHED_MTU, DEFAULT_TX_QUEUE_LEN, FifoBuilder, FifoKind, Pfifo};
-pub use pfifo_fast::{PFIFO_FAST_BANDS, PRIO2BAND, PfifoFast, PfifoFastBuilder};
+pub use pfifo_fast::{
+    PFIFO_FAST_BANDS, PFIFO_FAST_MAX_TX_QUEUE_LEN, PRIO2BAND, PfifoFast, PfifoFastBuilder,
+};
 
 /// Atomics, locks and threads, switched to loom under `--cfg lockless_loom`.
 mod sync;

@@ -2,10 +2,19 @@
 //! `pfifo_fast_init`).
 //!
 //! Three bands served in strict priority, band 0 first. A packet's band is
-//! `prio2band[priority & 15]` with the table [`PRIO2BAND`]. Each band holds at most
-//! `tx_queue_len` packets (the kernel's per-band `skb_array` ring), so the qdisc holds up to three
-//! times that; a full band drops the arriving packet. `tx_queue_len` 0 is refused, as
-//! `pfifo_fast_init` returns `EINVAL`. The qdisc is work-conserving and may be bypassed.
+//! `prio2band[priority & 15]` with the table [`PRIO2BAND`]. Each band is the kernel's
+//! `skb_array`, a `ptr_ring` of `tx_queue_len` slots, so the qdisc holds up to three times that;
+//! a band whose ring is full drops the arriving packet. `tx_queue_len` 0 is refused, as
+//! `pfifo_fast_init` returns `EINVAL`, and so is one above [`PFIFO_FAST_MAX_TX_QUEUE_LEN`], whose ring the
+//! kernel cannot allocate (`ENOMEM`). The qdisc is work-conserving and may be bypassed.
+//!
+//! A ring's room is not `tx_queue_len` minus the packets queued: the consumer
+//! (`__ptr_ring_discard_one`) clears the slots it has read only in batches, once `batch` of them
+//! are read (16 slots of 8 bytes, two cache lines; 1 in a ring of fewer than 32 slots) or when it
+//! reaches the ring's end, and the producer (`__ptr_ring_produce`) refuses while the slot it
+//! would write still holds a pointer. So after a dequeue a band may refuse up to `batch − 1`
+//! packets more than its queue length says; each band here counts its read, uncleared slots
+//! ([`ConsumedSlots`]) and admits exactly what the kernel's ring would.
 //!
 //! The kernel's lockless rings and MISSED re-scan belong to the transmit engine's run protocol;
 //! here each band is an intrusive [`Fifo`](llist_defer::Fifo) used under the engine's lock.
@@ -22,6 +31,50 @@ use crate::show::fmt_priomap;
 
 /// Number of pfifo_fast bands.
 pub const PFIFO_FAST_BANDS: usize = 3;
+
+/// The largest `tx_queue_len` pfifo_fast accepts: `__ptr_ring_init_queue_alloc` refuses a ring
+/// of more than `KMALLOC_MAX_SIZE / sizeof(void *)` slots (4 MiB / 8 on x86_64 with 4 KiB pages
+/// and `MAX_PAGE_ORDER` 10), and `pfifo_fast_init` then fails with `ENOMEM`.
+pub const PFIFO_FAST_MAX_TX_QUEUE_LEN: u32 = 524_288;
+
+/// Slots a `ptr_ring` consumer clears at once (`__ptr_ring_set_size`: `SMP_CACHE_BYTES * 2 /
+/// sizeof(void *)`, 64-byte lines; 1 when that exceeds half the ring).
+fn ring_batch(size: u32) -> u32 {
+    let batch = 64 * 2 / 8;
+    if batch > size / 2 { 1 } else { batch }
+}
+
+/// The consumer side of one band's `ptr_ring`: `consumer_head` and `consumer_tail` (the slots in
+/// `consumer_tail..consumer_head` were read but still hold their pointers). The producer's
+/// slot is full exactly when those slots and the queued packets fill the ring.
+#[derive(Debug, Clone, Copy, Default)]
+struct ConsumedSlots {
+    head: u32,
+    tail: u32,
+}
+
+impl ConsumedSlots {
+    /// Slots read and not yet cleared.
+    #[inline]
+    fn pending(self) -> usize {
+        (self.head - self.tail) as usize
+    }
+
+    /// `__ptr_ring_discard_one` after one slot is read.
+    #[inline]
+    fn discard_one(&mut self, size: u32, batch: u32) {
+        let head = self.head + 1;
+        if head - self.tail >= batch || head >= size {
+            self.tail = head;
+        }
+        if head >= size {
+            self.head = 0;
+            self.tail = 0;
+        } else {
+            self.head = head;
+        }
+    }
+}
 
 /// The kernel's `sch_default_prio2band`: the band of each `priority & 15` (also FQ's default
 /// priomap).
@@ -55,7 +108,8 @@ impl PfifoFastBuilder {
         }
     }
 
-    /// The per-band capacity, the device's `tx_queue_len` (default 1000, at least 1).
+    /// The per-band ring size, the device's `tx_queue_len` (default 1000; 1 to
+    /// [`PFIFO_FAST_MAX_TX_QUEUE_LEN`]).
     pub fn tx_queue_len(mut self, len: u32) -> Self {
         self.tx_queue_len = len;
         self
@@ -63,19 +117,18 @@ impl PfifoFastBuilder {
 
     /// Validates and builds.
     pub fn build<P: Packet>(self) -> Result<PfifoFast<P>, ConfigError> {
-        if self.tx_queue_len == 0 {
+        if self.tx_queue_len == 0 || self.tx_queue_len > PFIFO_FAST_MAX_TX_QUEUE_LEN {
             return Err(ConfigError::new(
                 "pfifo_fast",
                 "tx_queue_len",
-                0,
-                "1..=4294967295 (packets per band)",
+                self.tx_queue_len,
+                format!(
+                    "1..={PFIFO_FAST_MAX_TX_QUEUE_LEN} (ring slots per band: 0 is EINVAL in \
+                     pfifo_fast_init, a larger ring ENOMEM in ptr_ring_init)"
+                ),
             ));
         }
-        Ok(PfifoFast {
-            bands: [Fifo::new(), Fifo::new(), Fifo::new()],
-            capacity: self.tx_queue_len as usize,
-            stats: QdiscStats::default(),
-        })
+        Ok(PfifoFast::with_capacity(self.tx_queue_len))
     }
 }
 
@@ -95,7 +148,12 @@ pub struct PfifoFast<P: Packet> {
     /// The bands; their lengths are the queue's (no count of its own to fall out of step when
     /// a packet's method panics).
     bands: [Fifo<P>; PFIFO_FAST_BANDS],
-    capacity: usize,
+    /// Each band's ring slots read and not yet cleared.
+    consumed: [ConsumedSlots; PFIFO_FAST_BANDS],
+    /// Ring slots per band (`tx_queue_len`).
+    size: u32,
+    /// Slots the consumer clears at once ([`ring_batch`]).
+    batch: u32,
     stats: QdiscStats,
 }
 
@@ -109,9 +167,15 @@ impl<P: Packet> PfifoFast<P> {
 
     /// A pfifo_fast with 1000 packets per band.
     pub fn new() -> Self {
+        Self::with_capacity(DEFAULT_TX_QUEUE_LEN)
+    }
+
+    fn with_capacity(size: u32) -> Self {
         PfifoFast {
             bands: [Fifo::new(), Fifo::new(), Fifo::new()],
-            capacity: DEFAULT_TX_QUEUE_LEN as usize,
+            consumed: [ConsumedSlots::default(); PFIFO_FAST_BANDS],
+            size,
+            batch: ring_batch(size),
             stats: QdiscStats::default(),
         }
     }
@@ -122,9 +186,24 @@ impl<P: Packet> PfifoFast<P> {
         PRIO2BAND[(priority & 15) as usize] as usize
     }
 
-    /// Packets per band at most.
+    /// Packets per band at most: the ring's size, `tx_queue_len`.
     pub fn band_capacity(&self) -> usize {
-        self.capacity
+        self.size as usize
+    }
+
+    /// Packets `band` (0..3) admits now: its ring's free slots, which exclude the slots read
+    /// by dequeues and not yet cleared (up to `batch − 1`, see the module docs).
+    pub fn band_room(&self, band: usize) -> usize {
+        match (self.bands.get(band), self.consumed.get(band)) {
+            (Some(b), Some(c)) => self.size as usize - b.len() - c.pending(),
+            _ => 0,
+        }
+    }
+
+    /// The packet leaving `band`'s ring: `__ptr_ring_discard_one`.
+    #[inline]
+    fn discard_one(&mut self, band: usize) {
+        self.consumed[band].discard_one(self.size, self.batch);
     }
 
     /// Packets queued in `band` (0..3).
@@ -146,8 +225,11 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
 
     #[inline]
     fn enqueue(&mut self, pkt: P, to_free: &mut ToFree<P>) -> Verdict {
-        let band = &mut self.bands[Self::band_of(pkt.priority())];
-        if band.len() >= self.capacity {
+        let b = Self::band_of(pkt.priority());
+        let band = &mut self.bands[b];
+        // `__ptr_ring_produce`: refused while the producer's slot holds a pointer, a queued
+        // packet's or one read and not yet cleared.
+        if band.len() + self.consumed[b].pending() >= self.size as usize {
             self.stats.drops += 1;
             to_free.drop_packet(pkt, DropReason::QdiscOverlimit);
             return Verdict::Dropped(DropReason::QdiscOverlimit);
@@ -163,8 +245,8 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
     /// a packet's method leaves them true.
     fn enqueue_batch(&mut self, batch: &mut Fifo<P>, to_free: &mut ToFree<P>) -> BatchVerdict {
         let mut room = [0usize; PFIFO_FAST_BANDS];
-        for (r, band) in room.iter_mut().zip(&self.bands) {
-            *r = self.capacity.saturating_sub(band.len());
+        for (b, r) in room.iter_mut().enumerate() {
+            *r = self.band_room(b);
         }
         let mut v = BatchVerdict::default();
         while let Some(pkt) = batch.pop_front() {
@@ -192,9 +274,10 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
             n: 0,
             bytes: 0,
         };
-        for band in &mut self.bands {
+        for (band, consumed) in self.bands.iter_mut().zip(&mut self.consumed) {
             while sent.n < max {
                 let Some(pkt) = band.pop_front() else { break };
+                consumed.discard_one(self.size, self.batch);
                 sent.bytes += pkt.len() as u64;
                 out.push_back(pkt);
                 sent.n += 1;
@@ -205,8 +288,9 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
 
     #[inline]
     fn dequeue(&mut self) -> Option<P> {
-        for band in &mut self.bands {
-            if let Some(pkt) = band.pop_front() {
+        for b in 0..PFIFO_FAST_BANDS {
+            if let Some(pkt) = self.bands[b].pop_front() {
+                self.discard_one(b);
                 let len = pkt.len() as u64;
                 self.stats.backlog -= len;
                 self.stats.bytes += len;
@@ -229,10 +313,12 @@ impl<P: Packet> Qdisc<P> for PfifoFast<P> {
         self.stats.backlog
     }
 
-    /// `pfifo_fast_reset`: the packets are freed, not counted as drops.
+    /// `pfifo_fast_reset`: the packets are consumed from their rings (so the rings' uncleared
+    /// slots move as for dequeues) and freed, not counted as drops.
     fn reset(&mut self, to_free: &mut ToFree<P>, reason: DropReason) {
-        for band in &mut self.bands {
+        for (band, consumed) in self.bands.iter_mut().zip(&mut self.consumed) {
             while let Some(p) = band.pop_front() {
+                consumed.discard_one(self.size, self.batch);
                 to_free.drop_packet(p, reason);
             }
         }
@@ -277,7 +363,15 @@ impl<P: Packet> fmt::Debug for PfifoFast<P> {
                     self.bands[2].len(),
                 ],
             )
-            .field("capacity", &self.capacity)
+            .field("capacity", &self.size)
+            .field(
+                "uncleared",
+                &[
+                    self.consumed[0].pending(),
+                    self.consumed[1].pending(),
+                    self.consumed[2].pending(),
+                ],
+            )
             .finish()
     }
 }

@@ -104,8 +104,128 @@ fn check_fifo(kind: Kind, limit: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
     Ok(())
 }
 
+/// One band's ring as `include/linux/ptr_ring.h` writes it, slot by slot: the oracle of
+/// pfifo_fast's room. A read slot keeps its pointer until `__ptr_ring_discard_one` zeroes a
+/// batch of them, and `__ptr_ring_produce` refuses while its slot is set.
+struct PtrRing {
+    queue: Vec<Option<u64>>,
+    producer: usize,
+    consumer_head: usize,
+    consumer_tail: usize,
+    batch: usize,
+    /// Packets produced and not consumed.
+    queued: usize,
+}
+
+impl PtrRing {
+    fn new(size: usize) -> Self {
+        // __ptr_ring_set_size, with 64-byte cache lines and 8-byte pointers.
+        let batch = if 64 * 2 / 8 > size / 2 { 1 } else { 64 * 2 / 8 };
+        PtrRing {
+            queue: vec![None; size],
+            producer: 0,
+            consumer_head: 0,
+            consumer_tail: 0,
+            batch,
+            queued: 0,
+        }
+    }
+
+    fn produce(&mut self, id: u64) -> bool {
+        if self.queue[self.producer].is_some() {
+            return false;
+        }
+        self.queue[self.producer] = Some(id);
+        self.queued += 1;
+        self.producer += 1;
+        if self.producer >= self.queue.len() {
+            self.producer = 0;
+        }
+        true
+    }
+
+    fn consume(&mut self) -> Option<u64> {
+        // A set slot at consumer_head is a queued packet: read slots lie behind it.
+        let id = self.queue[self.consumer_head]?;
+        self.queued -= 1;
+        let head = self.consumer_head;
+        let consumer_head = head + 1;
+        if consumer_head - self.consumer_tail >= self.batch || consumer_head >= self.queue.len() {
+            for slot in &mut self.queue[self.consumer_tail..=head] {
+                *slot = None;
+            }
+            self.consumer_tail = consumer_head;
+        }
+        if consumer_head >= self.queue.len() {
+            self.consumer_head = 0;
+            self.consumer_tail = 0;
+        } else {
+            self.consumer_head = consumer_head;
+        }
+        Some(id)
+    }
+}
+
+fn ring_ops() -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        16 => (1usize..3000, 0u32..32).prop_map(|(len, prio)| Op::Enq { len, prio }),
+        8 => Just(Op::Deq),
+        1 => Just(Op::Peek),
+        1 => Just(Op::Reset),
+    ];
+    prop::collection::vec(op, 0..800)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Rings of 32 slots and more, where the consumer clears read slots 16 at a time: every
+    /// verdict, dequeue and band length matches three literal `ptr_ring`s.
+    #[test]
+    fn pfifo_fast_matches_three_ptr_rings(txqlen in 32u32..72, ops in ring_ops()) {
+        let mut q: PfifoFast<TestPacket> =
+            PfifoFastBuilder::new().tx_queue_len(txqlen).build().unwrap();
+        let mut rings: Vec<PtrRing> = (0..3).map(|_| PtrRing::new(txqlen as usize)).collect();
+        let mut refused = 0;
+        for (id, op) in ops.into_iter().enumerate() {
+            let id = id as u64;
+            let mut tf = ToFree::new();
+            match op {
+                Op::Enq { len, prio } => {
+                    let b = usize::from(PRIO2BAND[(prio & 15) as usize]);
+                    let got = q.enqueue(TestPacket::new(id, len).with_priority(prio), &mut tf);
+                    if rings[b].produce(id) {
+                        prop_assert_eq!(got, Verdict::Success);
+                    } else {
+                        refused += 1;
+                        prop_assert_eq!(got, Verdict::Dropped(DropReason::QdiscOverlimit));
+                    }
+                }
+                Op::Deq => {
+                    let want = rings.iter_mut().find_map(PtrRing::consume);
+                    prop_assert_eq!(q.dequeue().map(|p| p.id()), want);
+                }
+                Op::Peek => {
+                    let want = rings.iter().find_map(|r| r.queue[r.consumer_head]);
+                    prop_assert_eq!(q.peek().map(|p| p.id()), want);
+                }
+                Op::Reset => {
+                    q.reset(&mut tf, DropReason::Deactivated);
+                    let mut freed = 0;
+                    for r in &mut rings {
+                        while r.consume().is_some() {
+                            freed += 1;
+                        }
+                    }
+                    prop_assert_eq!(tf.len(), freed);
+                }
+            }
+            for (b, r) in rings.iter().enumerate() {
+                prop_assert_eq!(q.band_len(b), r.queued);
+            }
+        }
+        prop_assert_eq!(q.stats().drops, refused);
+    }
 
     #[test]
     fn pfifo_matches_vecdeque(limit in 0u64..20, ops in ops()) {
