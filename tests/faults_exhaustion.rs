@@ -5,7 +5,8 @@
 //!   back — from a handle-less thread, from another owner's flushed free batch, or from a
 //!   transmit queue whose busy driver was holding them.
 //! - A waiting allocator (fail fast, flush, retry) under 16 producers on a pool far smaller than
-//!   the packets in flight never deadlocks, and every frame comes home.
+//!   the packets in flight never deadlocks, and every frame comes home. The pool starts held
+//!   dry, so every producer waits at least once whatever the scheduling.
 //! - Completion addresses outside the region, misaligned, or of frames not in flight are
 //!   rejected with the right [`AddrError`] and counted by the caller, without touching the pool's
 //!   state; of two racing completions of one frame exactly one wins.
@@ -188,7 +189,10 @@ impl Driver<Skb> for FreeingDriver {
 
 #[test]
 fn waiting_for_frames_never_deadlocks() {
+    use std::time::{Duration, Instant};
+
     const PRODUCERS: usize = 16;
+    const FRAMES: usize = 256;
     let per_producer: u64 = if cfg!(debug_assertions) {
         5_000
     } else {
@@ -196,13 +200,19 @@ fn waiting_for_frames_never_deadlocks() {
     };
     for strategy in [Strategy::BusyLock, Strategy::DeferList, Strategy::NoLock] {
         // 256 frames for 16 producers whose frames are freed by whichever thread runs the
-        // queue: most allocations find the pool dry at some point.
+        // queue: allocations find the pool dry now and then, as often as the scheduling makes
+        // them (possibly never, with frames spread over 16 caches of 16).
         let pool = Pool::builder()
-            .frame_count(256)
+            .frame_count(FRAMES)
             .cache_max(16)
             .max_owners(32)
             .build()
             .unwrap();
+        // So the wait is not left to the scheduling: the pool starts dry, every frame held here
+        // until each producer has found it so and is waiting. Then they all come back at once.
+        let mut hog = pool.handle().unwrap();
+        let held: Vec<Skb> = (0..FRAMES).map(|_| hog.alloc().unwrap()).collect();
+        assert_eq!(hog.alloc().unwrap_err(), PoolError::Exhausted);
         let sent = Arc::new(AtomicU64::new(0));
         let q = Arc::new(
             TxQueue::builder()
@@ -227,6 +237,25 @@ fn waiting_for_frames_never_deadlocks() {
                 })
             })
             .collect();
+        // Every producer's first allocation fails (no frame is free) and counts a wait before
+        // it retries: wait for the counter, not for time. The deadline only turns a producer
+        // that never gets there into a failure instead of a hang.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while waits.load(Ordering::Relaxed) < PRODUCERS as u64 {
+            assert!(
+                Instant::now() < deadline,
+                "{strategy}: {} of {PRODUCERS} producers saw the held pool exhausted",
+                waits.load(Ordering::Relaxed)
+            );
+            thread::yield_now();
+        }
+        assert_eq!(
+            sent.load(Ordering::Relaxed),
+            0,
+            "{strategy}: a frame from a dry pool"
+        );
+        drop(held);
+        drop(hog); // the frames leave its cache for the depot, where the producers find them
         for t in threads {
             t.join().unwrap();
         }
@@ -236,10 +265,10 @@ fn waiting_for_frames_never_deadlocks() {
         assert_eq!(offered, s.sent + s.dropped(), "{strategy}: {s}");
         assert_eq!(s.sent, sent.load(Ordering::Relaxed), "{strategy}");
         assert!(
-            waits.load(Ordering::Relaxed) > 0,
+            waits.load(Ordering::Relaxed) >= PRODUCERS as u64,
             "{strategy}: the pool never ran dry"
         );
-        assert_eq!(pool.stats().free, 256, "{strategy}: {:?}", pool.stats());
+        assert_eq!(pool.stats().free, FRAMES, "{strategy}: {:?}", pool.stats());
     }
 }
 
