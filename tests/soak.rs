@@ -257,6 +257,12 @@ fn soak() {
     // which came before this call. (The larger creep was the tcache; see `Qdiscs`.)
     // SAFETY: mallopt only tunes the allocator; called before the test's threads start.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    // No transparent huge pages in this process: where THP is `always` (this machine has
+    // `madvise`, which fq's flow table asks for), one fault in a fresh 2 MiB range or a
+    // khugepaged collapse adds up to 2 MiB of anonymous memory at any moment, twice the growth
+    // limit below. The call fails harmlessly on kernels without THP.
+    // SAFETY: PR_SET_THP_DISABLE only changes how the kernel backs this process's memory.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
     let duration = Duration::from_secs(secs());
     // Warm-up: the qdiscs are all built and grown, handles and the depot at their sizes.
     let warmup = (duration / 5)

@@ -209,7 +209,7 @@ impl<P: Packet> Fq<P> {
     }
 
     /// Starts loading the flows `d` and `d + 1` places behind the head of the list the next
-    /// dequeue serves, and the head packets of those `d/2` and `d/2 + 1` places behind it.
+    /// dequeue serves, and the head packet of the one `d/2` places behind it.
     #[inline]
     fn prefetch_round_robin(&self, d: usize) {
         let Some(sel) = self.head_select() else {
