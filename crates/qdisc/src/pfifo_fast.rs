@@ -14,7 +14,7 @@
 //! reaches the ring's end, and the producer (`__ptr_ring_produce`) refuses while the slot it
 //! would write still holds a pointer. So after a dequeue a band may refuse up to `batch − 1`
 //! packets more than its queue length says; each band here counts its read, uncleared slots
-//! ([`ConsumedSlots`]) and admits exactly what the kernel's ring would.
+//! (`ConsumedSlots`) and admits exactly what the kernel's ring would.
 //!
 //! The kernel's lockless rings and MISSED re-scan belong to the transmit engine's run protocol;
 //! here each band is an intrusive [`Fifo`](llist_defer::Fifo) used under the engine's lock.
