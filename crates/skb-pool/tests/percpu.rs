@@ -1106,11 +1106,11 @@ fn no_exhaustion_while_frames_are_free_under_migration() {
         // What the bracketing promises is about whole looks: an allocation whose looks kept
         // seeing frames move gives up after 2 ms (`exhausted_moving`, a thread descheduled with
         // frames in hand on a busy machine), and only those may fail in numbers. The others
-        // fail only when a frame freed behind a look is missed: per run of about half a
-        // million allocations, 0 in locked pools and in rseq pools 0–9 in release builds, 4–14
-        // in debug builds and up to 22 with both cores busy (the longer a look, the likelier a
-        // preemption inside it). The protocol before the brackets failed 139–1 038 times a
-        // run; the bound sits well between.
+        // fail rarely: per run of about half a million allocations, 0 in locked pools, and in
+        // rseq pools 0–1 in release builds and 2–8 in debug builds, idle or with both cores
+        // busy (the longer a look, the likelier a preemption inside it; 4–22 before the end of
+        // a look re-read the places frees fill). The protocol before the brackets failed
+        // 139–1 038 times a run; the bound sits well between.
         let fails = fails.into_inner();
         let st = pool.per_cpu_stats();
         let whole = st.exhausted - st.exhausted_moving;

@@ -48,8 +48,9 @@ impl PoolInner {
             if let Some(frame) = self.refill_once(cpu, &mut look) {
                 return Some(frame);
             }
-            // Whole, and no cache holds frames (not even this CPU's, filled meanwhile).
-            if pc.look_was_whole(&look) && !pc.others_cached(usize::MAX) {
+            // Whole, and none of the places a free puts frames without a bracket holds any
+            // now: a frame freed into one the look had passed is found here, not missed.
+            if pc.look_was_whole(&look) && !self.frees_pending() {
                 break;
             }
             if patience.spent() {
@@ -60,6 +61,17 @@ impl PoolInner {
         }
         pc.counters_at(cpu).exhausted.add(1);
         None
+    }
+
+    /// Whether a place that frees fill without a move's bracket holds frames: a cache (not
+    /// even this CPU's, filled meanwhile), an outgoing batch or stack, the overflow list.
+    /// Read after a look, it covers the frames freed behind it.
+    fn frees_pending(&self) -> bool {
+        let pc = &self.percpu;
+        pc.others_cached(usize::MAX)
+            || pc.stacks.len() != 0
+            || pc.out.iter().any(|o| o.len() != 0)
+            || !self.overflow.is_empty()
     }
 
     /// One look through the sources of [`refill`](Self::refill), in order: the first that
