@@ -15,11 +15,13 @@
 //! held all that time, is not waited for longer.
 //!
 //! A look is not a snapshot of every frame: frees are not bracketed. So the end of a look
-//! re-reads every place a free fills (the caches, the outgoing batches and stacks, the overflow
-//! list; `refill.rs`), and a frame freed into one the look had passed is found there. What is
-//! left: an rseq pool still reports a few such exhaustions per million allocations in a test
-//! that keeps one frame in sixty-four free while six threads hop between two CPUs
-//! (`tests/percpu.rs`); their path is not identified.
+//! re-reads every place a free fills (the caches, the outgoing batches and stacks, the defer
+//! lists a frame freed alone goes to, the overflow list, vacant owners' lists; `refill.rs`),
+//! and only then reads the move counts, so that a frame freed into a place the look had passed
+//! is found, and a move during the re-read is seen. A frame freed into a place after this
+//! re-read passed it, while other allocations take the frames it did not see, can still be
+//! missed: the window is the re-read, not the look. Drains that take a defer list and put
+//! part of it back count as moves even when the caller gets nothing.
 //!
 //! This file must not move frames itself: `refill.rs`, `free.rs`, `take.rs` and a handle's
 //! last drain (`handle.rs`) do, inside the brackets.

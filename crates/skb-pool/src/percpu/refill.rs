@@ -11,7 +11,7 @@ use std::sync::PoisonError;
 
 use llist_defer::{Chain, Fifo};
 
-use super::hands::{Look, Patience};
+use super::hands::{InHand, Look, Patience};
 use super::{
     LIFT_MAX, Op, POP_ALLOC, POP_SPARE, PUSH_FREE, PUSH_SPARE, PerCpu, RefillOrder, Res, SORT_MAX,
 };
@@ -48,9 +48,10 @@ impl PoolInner {
             if let Some(frame) = self.refill_once(cpu, &mut look) {
                 return Some(frame);
             }
-            // Whole, and none of the places a free puts frames without a bracket holds any
-            // now: a frame freed into one the look had passed is found here, not missed.
-            if pc.look_was_whole(&look) && !self.frees_pending() {
+            // None of the places a free fills without a bracket holds frames now (a frame freed
+            // into one the look had passed is found here, not missed), and the look, this
+            // re-read included, was whole (a move during the re-read is seen).
+            if !self.frees_pending() && pc.look_was_whole(&look) {
                 break;
             }
             if patience.spent() {
@@ -64,14 +65,20 @@ impl PoolInner {
     }
 
     /// Whether a place that frees fill without a move's bracket holds frames: a cache (not
-    /// even this CPU's, filled meanwhile), an outgoing batch or stack, the overflow list.
+    /// even this CPU's, filled meanwhile), an outgoing batch or stack, a CPU's defer list (a
+    /// remote free that goes home alone), the overflow list, a vacant owner's defer list.
     /// Read after a look, it covers the frames freed behind it.
     fn frees_pending(&self) -> bool {
         let pc = &self.percpu;
         pc.others_cached(usize::MAX)
             || pc.stacks.len() != 0
             || pc.out.iter().any(|o| o.len() != 0)
+            || pc.slots.iter().any(|s| !s.looks_empty())
             || !self.overflow.is_empty()
+            || self
+                .slots
+                .iter()
+                .any(|s| !s.is_claimed() && !s.looks_empty())
     }
 
     /// One look through the sources of [`refill`](Self::refill), in order: the first that
@@ -88,8 +95,7 @@ impl PoolInner {
             // frame's lines, on both cores, ahead of use (the skb_pool bench's pipeline:
             // LIFO here scrambled the order every lap).
             let mut hand = pc.in_hand();
-            if let Some(got) = self.stash_drained(cpu, true, 0) {
-                hand.carried();
+            if let Some(got) = self.stash_drained(cpu, true, 0, &mut hand) {
                 return Some(got);
             }
         }
@@ -225,10 +231,10 @@ impl PoolInner {
         // skb_pool bench's shuffled bound).
         let mut lifted = [0usize; LIFT_MAX];
         let k = self.lift(cpu, &mut lifted);
-        if k > 0 || !pc.slots[cpu].looks_empty() {
+        if k > 0 {
             hand.carried();
         }
-        self.stash_drained(cpu, false, k);
+        self.stash_drained(cpu, false, k, &mut hand);
         self.put_back_lifted(&lifted[..k]);
     }
 
@@ -287,16 +293,18 @@ impl PoolInner {
     /// that the oldest frame freed ends on top (see `refill`), or, in [`RefillOrder::Address`],
     /// lowest address on top; with `keep_last`, the oldest batch is always taken and its oldest
     /// (or lowest) frame returned instead of stashed. `reserve` frames' room is kept free
-    /// (frames lifted off the cache, to be put back on top).
+    /// (frames lifted off the cache, to be put back on top). The caller's move (`hand`) is
+    /// marked as having carried frames if the list held any.
     pub(super) fn stash_drained(
         &self,
         cpu: usize,
         keep_last: bool,
         reserve: usize,
+        hand: &mut InHand<'_>,
     ) -> Option<Frame> {
         if self.percpu.order == RefillOrder::Address {
             let (mut gathered, mut n) = ([0usize; SORT_MAX], 0);
-            self.take_drained(cpu, keep_last, reserve, SORT_MAX, |head, _| {
+            self.take_drained(cpu, keep_last, reserve, SORT_MAX, hand, |head, _| {
                 let mut one = [0usize; packed::MAX_PACK];
                 // SAFETY: `take_drained` hands over packed heads of this pool, taken whole.
                 let k = unsafe { packed::unpack(head, &mut one) };
@@ -306,7 +314,7 @@ impl PoolInner {
             });
             return self.stash_sorted(&mut gathered[..n], keep_last);
         }
-        self.take_drained(cpu, keep_last, reserve, usize::MAX, |head, keep| {
+        self.take_drained(cpu, keep_last, reserve, usize::MAX, hand, |head, keep| {
             // SAFETY: `take_drained` hands over packed heads of this pool, taken whole.
             unsafe { self.stash_packed(head, keep) }
         })
@@ -315,13 +323,16 @@ impl PoolInner {
     /// [`stash_drained`](Self::stash_drained)'s take: empties CPU `cpu`'s defer list and hands
     /// the packed heads that fit (the cache's room less `reserve`, at most `limit` frames) to
     /// `each`, newest first, with `true` for the last one if `keep_last`; puts the others back
-    /// on the list. Returns what `each` returned last.
+    /// on the list. Returns what `each` returned last. If the list held frames, `hand` is
+    /// marked as having carried them, whatever the caller gets: frames put back were out of
+    /// every look's sight meanwhile too, and a look that passed the list then must look again.
     pub(super) fn take_drained(
         &self,
         cpu: usize,
         keep_last: bool,
         reserve: usize,
         limit: usize,
+        hand: &mut InHand<'_>,
         mut each: impl FnMut(Frame, bool) -> Option<Frame>,
     ) -> Option<Frame> {
         let pc = &self.percpu;
@@ -334,6 +345,9 @@ impl PoolInner {
             // SAFETY: a CPU's defer list holds only packed heads of this pool, taken whole.
             total += unsafe { packed::total(&head) };
             taken.push_back(head);
+        }
+        if total > 0 {
+            hand.carried();
         }
         // What does not fit, or is past `limit`, goes back: the newest batches first, so that
         // the oldest are taken (they are to go out first).
