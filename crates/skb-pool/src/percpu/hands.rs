@@ -16,12 +16,14 @@
 //!
 //! A look is not a snapshot of every frame: frees are not bracketed. So the end of a look
 //! re-reads every place a free fills (the caches, the outgoing batches and stacks, the defer
-//! lists a frame freed alone goes to, the overflow list, vacant owners' lists; `refill.rs`),
-//! and only then reads the move counts, so that a frame freed into a place the look had passed
-//! is found, and a move during the re-read is seen. A frame freed into a place after this
-//! re-read passed it, while other allocations take the frames it did not see, can still be
-//! missed: the window is the re-read, not the look. Drains that take a defer list and put
-//! part of it back count as moves even when the caller gets nothing.
+//! lists a frame freed alone goes to, the overflow list, vacant owners' lists, the depot a
+//! handle's cache spills into; `refill.rs`), and only then reads the move counts, so that a
+//! frame freed into a place the look had passed is found, and a move during the re-read is
+//! seen. A frame freed into a place after this re-read passed it, while other allocations take
+//! the frames it did not see, can still be missed: the window is the re-read, not the look.
+//! A move counts as having carried frames whenever frames left their place during it, even if
+//! they went back (a drain that puts part of a defer list back, frames lifted off a cache
+//! after a migration and pushed back).
 //!
 //! This file must not move frames itself: `refill.rs`, `free.rs`, `take.rs` and a handle's
 //! last drain (`handle.rs`) do, inside the brackets.

@@ -66,7 +66,8 @@ impl PoolInner {
 
     /// Whether a place that frees fill without a move's bracket holds frames: a cache (not
     /// even this CPU's, filled meanwhile), an outgoing batch or stack, a CPU's defer list (a
-    /// remote free that goes home alone), the overflow list, a vacant owner's defer list.
+    /// remote free that goes home alone), the overflow list, a vacant owner's defer list, the
+    /// depot (a handle's cache spilling, a handle's last give-back).
     /// Read after a look, it covers the frames freed behind it.
     fn frees_pending(&self) -> bool {
         let pc = &self.percpu;
@@ -79,6 +80,12 @@ impl PoolInner {
                 .slots
                 .iter()
                 .any(|s| !s.is_claimed() && !s.looks_empty())
+            || self
+                .depot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .any(|b| !b.is_empty())
     }
 
     /// One look through the sources of [`refill`](Self::refill), in order: the first that
@@ -230,23 +237,31 @@ impl PoolInner {
         // and a pool whose frames come in no order loses the hardware prefetcher (the
         // skb_pool bench's shuffled bound).
         let mut lifted = [0usize; LIFT_MAX];
-        let k = self.lift(cpu, &mut lifted);
-        if k > 0 {
-            hand.carried();
-        }
+        let k = self.lift(cpu, &mut lifted, &mut hand);
         self.stash_drained(cpu, false, k, &mut hand);
         self.put_back_lifted(&lifted[..k]);
     }
 
     /// Pops up to `LIFT_MAX` frames off the top of CPU `cpu`'s cache into `out`, the top one
     /// last, each carrying a reference (as an allocation's); returns how many, 0 if the
-    /// thread no longer runs on `cpu`.
-    pub(super) fn lift(&self, cpu: usize, out: &mut [usize; LIFT_MAX]) -> usize {
+    /// thread no longer runs on `cpu` (the frames it popped then are put back). `hand` is
+    /// marked as having carried frames if any were popped, put back or not.
+    pub(super) fn lift(
+        &self,
+        cpu: usize,
+        out: &mut [usize; LIFT_MAX],
+        hand: &mut InHand<'_>,
+    ) -> usize {
         let pc = &self.percpu;
         match pc.try_pop_bulk(out) {
-            Some((k, on)) if on as usize == cpu => return k,
+            Some((k, on)) if on as usize == cpu => {
+                hand.carried();
+                return k;
+            }
             Some((k, _)) => {
-                // Migrated since the allocation: back where they came from.
+                // Migrated since the allocation: back where they came from (out of every
+                // look's sight meanwhile).
+                hand.carried();
                 self.put_back_lifted(&out[..k]);
                 return 0;
             }
@@ -262,6 +277,9 @@ impl PoolInner {
                 Res::Refused(_) | Res::NotHere | Res::NoCache => break,
             }
             k += 1;
+        }
+        if k > 0 {
+            hand.carried();
         }
         out[..k].reverse();
         k
