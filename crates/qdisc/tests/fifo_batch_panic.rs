@@ -113,7 +113,8 @@ fn a_panicking_len_in_enqueue_batch_loses_one_packet_and_keeps_the_counts() {
 /// The same 40 packets in two queues made by `make`; packet 10's `len` panics while the first
 /// takes a batch of 32 and the second dequeues one at a time. The lost packet left the queue,
 /// but its length could not be read, so its bytes stay in the backlog in both; the length
-/// counts exactly what the queue holds, and batch and loop agree.
+/// counts exactly what the queue holds, the sent count what was sent, and batch and loop
+/// agree.
 fn a_panicking_len_in_a_dequeue<Q: Qdisc<Fused>>(make: impl Fn() -> Q) {
     let mut got = Vec::new();
     for batched in [true, false] {
@@ -151,6 +152,14 @@ fn a_panicking_len_in_a_dequeue<Q: Qdisc<Fused>>(make: impl Fn() -> Q) {
         );
         assert_eq!(drain(&mut q), (11..40).collect::<Vec<_>>());
         assert!(q.is_empty());
+        // Sent: the 10 before it and the 29 after; the lost one is not (the runner counts it
+        // as a `Panic` drop).
+        assert_eq!(
+            q.stats().packets,
+            39,
+            "{} batched {batched}: the lost packet counted as sent",
+            q.kind()
+        );
         got.push((q.backlog(), q.stats().packets, q.stats().bytes));
     }
     assert_eq!(got[0], got[1], "batch and loop agree after the panic");
