@@ -509,9 +509,7 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
         let removed = &mut self.removed_pkts;
         self.queue
             .pop_front_batch(max, PREFETCH_AHEAD_BATCH, deep, |pkt| {
-                let lost = LostOnUnwind(removed);
-                sent.bytes += pkt.len() as u64;
-                core::mem::forget(lost);
+                sent.bytes += len_or_lost(&pkt, removed);
                 sent.chain.push_back(pkt);
             })
     }
@@ -522,10 +520,7 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
         // Whoever sends a packet reads it, and so do we, for the byte counter: in a queue
         // deeper than the cache, start loading one further back now, so that neither stalls.
         self.queue.prefetch(PREFETCH_AHEAD, PREFETCH_MIN_LEN);
-        let lost = LostOnUnwind(&mut self.removed_pkts);
-        let len = pkt.len() as u64;
-        core::mem::forget(lost);
-        self.stats.bytes += len;
+        self.stats.bytes += len_or_lost(&pkt, &mut self.removed_pkts);
         Some(pkt)
     }
 
@@ -573,9 +568,18 @@ impl<P: Packet> Qdisc<P> for Pfifo<P> {
     }
 }
 
-/// Counts a dequeued packet as removed, not sent, if it is dropped on unwind: its `len`
-/// panicked after it left the ring, and it reaches nobody (the runner counts it as a `Panic`
-/// drop). Forgotten once the length is read.
+/// The length of a packet that has left the ring for a dequeue. If its `len` panics, the
+/// packet reaches nobody (the runner counts it as a `Panic` drop), so it is counted in
+/// `removed` (left the queue, not sent) before the unwind goes on.
+#[inline]
+fn len_or_lost<P: Packet>(pkt: &P, removed: &mut u64) -> u64 {
+    let lost = LostOnUnwind(removed);
+    let len = pkt.len() as u64;
+    core::mem::forget(lost);
+    len
+}
+
+/// [`len_or_lost`]'s count, made only if dropped (on unwind); forgotten otherwise.
 struct LostOnUnwind<'a>(&'a mut u64);
 
 impl Drop for LostOnUnwind<'_> {

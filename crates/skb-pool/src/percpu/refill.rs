@@ -70,22 +70,38 @@ impl PoolInner {
     /// depot (a handle's cache spilling, a handle's last give-back).
     /// Read after a look, it covers the frames freed behind it.
     fn frees_pending(&self) -> bool {
-        let pc = &self.percpu;
-        pc.others_cached(usize::MAX)
-            || pc.stacks.len() != 0
-            || pc.out.iter().any(|o| o.len() != 0)
-            || pc.slots.iter().any(|s| !s.looks_empty())
+        self.percpu.others_cached(usize::MAX)
+            || self.outgoing_hold_frames()
+            || self.cpu_lists_hold_frames()
             || !self.overflow.is_empty()
-            || self
-                .slots
-                .iter()
-                .any(|s| !s.is_claimed() && !s.looks_empty())
+            || self.vacant_owners_hold_frames()
             || self
                 .depot
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .iter()
                 .any(|b| !b.is_empty())
+    }
+
+    /// Whether a CPU's defer list looks non-empty.
+    fn cpu_lists_hold_frames(&self) -> bool {
+        self.percpu.slots.iter().any(|s| !s.looks_empty())
+    }
+
+    /// The owner slots no handle holds.
+    fn vacant_owners(&self) -> impl Iterator<Item = &OwnerSlot> {
+        self.slots.iter().filter(|s| !s.is_claimed())
+    }
+
+    /// Whether a vacant owner's defer list looks non-empty.
+    fn vacant_owners_hold_frames(&self) -> bool {
+        self.vacant_owners().any(|s| !s.looks_empty())
+    }
+
+    /// Whether an outgoing batch or stack holds frames.
+    fn outgoing_hold_frames(&self) -> bool {
+        let pc = &self.percpu;
+        pc.out.iter().any(|o| o.len() != 0) || pc.stacks.len() != 0
     }
 
     /// One look through the sources of [`refill`](Self::refill), in order: the first that
@@ -132,25 +148,16 @@ impl PoolInner {
                 }
             }
         }
-        if got.is_empty() && pc.slots.iter().any(|s| !s.looks_empty()) {
+        if got.is_empty() && self.cpu_lists_hold_frames() {
             hand.get_or_insert_with(|| pc.in_hand());
             got = self.probe_cpus();
         }
-        if got.is_empty()
-            && self
-                .slots
-                .iter()
-                .any(|s| !s.is_claimed() && !s.looks_empty())
-        {
+        if got.is_empty() && self.vacant_owners_hold_frames() {
             hand.get_or_insert_with(|| pc.in_hand());
             // SAFETY: an owner slot's list holds only packed heads of this pool.
-            got = unsafe {
-                packed::unpack_oldest_first(first_drained(
-                    self.slots.iter().filter(|s| !s.is_claimed()),
-                ))
-            };
+            got = unsafe { packed::unpack_oldest_first(first_drained(self.vacant_owners())) };
         }
-        if got.is_empty() && (pc.out.iter().any(|o| o.len() != 0) || pc.stacks.len() != 0) {
+        if got.is_empty() && self.outgoing_hold_frames() {
             hand.get_or_insert_with(|| pc.in_hand());
             got = self.take_outgoing_looking(Some(look));
         }
