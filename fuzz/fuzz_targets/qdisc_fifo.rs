@@ -1,10 +1,15 @@
-//! pfifo, bfifo, pfifo_head_drop and pfifo_fast against `VecDeque` oracles on operation
-//! sequences decoded from the fuzzer's bytes.
+//! pfifo, bfifo and pfifo_head_drop against `VecDeque` oracles, and pfifo_fast against three
+//! literal `ptr_ring`s (rings of 1 to 96 slots: below 32 a read slot is cleared at once, from
+//! 32 in batches of 16), on operation sequences decoded from the fuzzer's bytes.
 #![no_main]
+
+#[path = "../../crates/qdisc/tests/common/ptr_ring.rs"]
+mod ptr_ring;
 
 use std::collections::VecDeque;
 
 use libfuzzer_sys::fuzz_target;
+use ptr_ring::PtrRing;
 use qdisc::{
     DropReason, FifoBuilder, PRIO2BAND, Packet, Pfifo, PfifoFast, PfifoFastBuilder, Qdisc,
     TestPacket, ToFree, Verdict,
@@ -105,7 +110,7 @@ fn pfifo_fast(txqlen: u32, data: &[u8]) {
         .tx_queue_len(txqlen)
         .build()
         .unwrap();
-    let mut bands: [VecDeque<u64>; 3] = Default::default();
+    let mut bands: Vec<PtrRing> = (0..3).map(|_| PtrRing::new(txqlen as usize)).collect();
     for (id, op) in ops(data).enumerate() {
         let id = id as u64;
         let mut tf = ToFree::new();
@@ -113,31 +118,35 @@ fn pfifo_fast(txqlen: u32, data: &[u8]) {
             Op::Enq { len, prio } => {
                 let b = usize::from(PRIO2BAND[(prio & 15) as usize]);
                 let got = q.enqueue(TestPacket::new(id, len).with_priority(prio), &mut tf);
-                if bands[b].len() < txqlen as usize {
+                if bands[b].produce(id) {
                     assert_eq!(got, Verdict::Success);
-                    bands[b].push_back(id);
                 } else {
                     assert_eq!(got, Verdict::Dropped(DropReason::QdiscOverlimit));
                 }
             }
             Op::Deq => {
-                let want = bands.iter_mut().find_map(|b| b.pop_front());
+                let want = bands.iter_mut().find_map(PtrRing::consume);
                 assert_eq!(q.dequeue().map(|p| p.id()), want);
             }
             Op::Peek => {
-                let want = bands.iter().find_map(|b| b.front().copied());
+                let want = bands.iter().find_map(PtrRing::peek);
                 assert_eq!(q.peek().map(|p| p.id()), want);
             }
             Op::Reset => {
                 q.reset(&mut tf, DropReason::Deactivated);
-                assert_eq!(tf.len(), bands.iter().map(VecDeque::len).sum::<usize>());
-                bands.iter_mut().for_each(VecDeque::clear);
+                let mut freed = 0;
+                for band in &mut bands {
+                    while band.consume().is_some() {
+                        freed += 1;
+                    }
+                }
+                assert_eq!(tf.len(), freed);
             }
         }
         for (b, band) in bands.iter().enumerate() {
             assert_eq!(q.band_len(b), band.len());
         }
-        assert_eq!(q.len(), bands.iter().map(VecDeque::len).sum::<usize>());
+        assert_eq!(q.len(), bands.iter().map(PtrRing::len).sum::<usize>());
     }
 }
 
@@ -150,6 +159,6 @@ fuzz_target!(|data: &[u8]| {
         0 => fifo(0, raw % 40, rest),
         1 => fifo(1, raw % 20_000, rest),
         2 => fifo(2, raw % 40, rest),
-        _ => pfifo_fast(1 + (raw % 24) as u32, rest),
+        _ => pfifo_fast(1 + (raw % 96) as u32, rest),
     }
 });

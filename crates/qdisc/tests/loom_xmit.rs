@@ -7,7 +7,9 @@
 use loom::sync::Arc;
 use loom::thread;
 
-use qdisc::{DropReason, Pfifo, RecordingDriver, Strategy, TestPacket, TxQueue, TxQueueBuilder};
+use qdisc::{
+    DropReason, Pfifo, RecordingDriver, Strategy, TestPacket, TxQueue, TxQueueBuilder, TxWorker,
+};
 
 type Txq = TxQueue<TestPacket, Pfifo<TestPacket>, RecordingDriver<TestPacket>>;
 
@@ -26,8 +28,13 @@ fn one_per_call() -> RecordingDriver<TestPacket> {
 /// Explores `f` with at most two preemptions per execution, whatever `LOOM_MAX_PREEMPTIONS`
 /// says: the models that need the bound to finish in time.
 fn bounded(f: impl Fn() + Sync + Send + 'static) {
+    bounded_by(2, f);
+}
+
+/// Explores `f` with at most `preemptions` preemptions per execution.
+fn bounded_by(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(2);
+    model.preemption_bound = Some(preemptions);
     model.check(f);
 }
 
@@ -402,4 +409,38 @@ fn self_sent_burst_keeps_order_behind_the_defer_list() {
             }
         });
     }
+}
+
+/// (6) A [`TxWorker`] stopping while a runner uses up its quota (1 packet) with a packet
+/// still queued and hands the rest over: the runner asks the worker's `alive` flag whether
+/// anyone will take the work, and the stop runs the queue after the thread is gone. Whichever
+/// way the race goes, every packet is sent once the producer's burst and `stop` have returned,
+/// with no poll after them: a hand-over to a worker that is gone leaves a packet in the qdisc.
+fn worker_stop_races_a_hand_over(strategy: Strategy) {
+    bounded_by(1, move || {
+        let builder = TxQueue::builder()
+            .strategy(strategy)
+            .early_bypass(false)
+            .batch_bypass(false)
+            .quota(1);
+        let worker = TxWorker::spawn(builder, Pfifo::new(), RecordingDriver::new()).unwrap();
+        let producer = {
+            let q = worker.queue().clone();
+            thread::spawn(move || q.xmit_bulk((0..2).map(|i| TestPacket::new(i, 60))))
+        };
+        let q = worker.stop();
+        assert_eq!(producer.join().unwrap().handed_on, 2);
+        let (sent, stats) = all_out_in_order(&q, 2);
+        assert_eq!((sent.len(), stats.dropped()), (2, 0));
+    });
+}
+
+#[test]
+fn defer_list_worker_stop_races_a_hand_over() {
+    worker_stop_races_a_hand_over(Strategy::DeferList);
+}
+
+#[test]
+fn busylock_worker_stop_races_a_hand_over() {
+    worker_stop_races_a_hand_over(Strategy::BusyLock);
 }

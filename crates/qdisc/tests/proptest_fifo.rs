@@ -4,6 +4,10 @@
 use std::collections::VecDeque;
 
 use proptest::prelude::*;
+
+#[path = "common/ptr_ring.rs"]
+mod ptr_ring;
+use ptr_ring::PtrRing;
 use qdisc::{
     DropReason, FifoBuilder, PRIO2BAND, Packet, Pfifo, PfifoFast, PfifoFastBuilder, Qdisc,
     TestPacket, ToFree, Verdict,
@@ -110,68 +114,6 @@ fn check_fifo(kind: Kind, limit: u64, ops: Vec<Op>) -> Result<(), TestCaseError>
     Ok(())
 }
 
-/// One band's ring as `include/linux/ptr_ring.h` writes it, slot by slot: the oracle of
-/// pfifo_fast's room. A read slot keeps its pointer until `__ptr_ring_discard_one` zeroes a
-/// batch of them, and `__ptr_ring_produce` refuses while its slot is set.
-struct PtrRing {
-    queue: Vec<Option<u64>>,
-    producer: usize,
-    consumer_head: usize,
-    consumer_tail: usize,
-    batch: usize,
-    /// Packets produced and not consumed.
-    queued: usize,
-}
-
-impl PtrRing {
-    fn new(size: usize) -> Self {
-        // __ptr_ring_set_size, with 64-byte cache lines and 8-byte pointers.
-        let batch = if 64 * 2 / 8 > size / 2 { 1 } else { 64 * 2 / 8 };
-        PtrRing {
-            queue: vec![None; size],
-            producer: 0,
-            consumer_head: 0,
-            consumer_tail: 0,
-            batch,
-            queued: 0,
-        }
-    }
-
-    fn produce(&mut self, id: u64) -> bool {
-        if self.queue[self.producer].is_some() {
-            return false;
-        }
-        self.queue[self.producer] = Some(id);
-        self.queued += 1;
-        self.producer += 1;
-        if self.producer >= self.queue.len() {
-            self.producer = 0;
-        }
-        true
-    }
-
-    fn consume(&mut self) -> Option<u64> {
-        // A set slot at consumer_head is a queued packet: read slots lie behind it.
-        let id = self.queue[self.consumer_head]?;
-        self.queued -= 1;
-        let head = self.consumer_head;
-        let consumer_head = head + 1;
-        if consumer_head - self.consumer_tail >= self.batch || consumer_head >= self.queue.len() {
-            for slot in &mut self.queue[self.consumer_tail..=head] {
-                *slot = None;
-            }
-            self.consumer_tail = consumer_head;
-        }
-        if consumer_head >= self.queue.len() {
-            self.consumer_head = 0;
-            self.consumer_tail = 0;
-        } else {
-            self.consumer_head = consumer_head;
-        }
-        Some(id)
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -203,7 +145,7 @@ proptest! {
                     prop_assert_eq!(q.dequeue().map(|p| p.id()), want);
                 }
                 Op::Peek => {
-                    let want = rings.iter().find_map(|r| r.queue[r.consumer_head]);
+                    let want = rings.iter().find_map(PtrRing::peek);
                     prop_assert_eq!(q.peek().map(|p| p.id()), want);
                 }
                 Op::Reset => {
@@ -218,7 +160,7 @@ proptest! {
                 }
             }
             for (b, r) in rings.iter().enumerate() {
-                prop_assert_eq!(q.band_len(b), r.queued);
+                prop_assert_eq!(q.band_len(b), r.len());
             }
         }
         prop_assert_eq!(q.stats().drops, refused);

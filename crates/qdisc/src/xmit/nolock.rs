@@ -116,8 +116,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// go, take the role again and run (or hand over to the poll loop).
     pub(super) fn nolock_finish(&self, to_free: &mut ToFree<P>) {
         while self.nolock_run_end() {
-            if let Some(wake) = self.poll_loop() {
-                self.state.fetch_or(SCHED, Ordering::Release);
+            if let Some(wake) = self.nolock_hand_over() {
                 wake();
                 return;
             }
@@ -126,6 +125,20 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
             }
             self.nolock_run(Fifo::new(), false, to_free);
         }
+    }
+
+    /// Flags the poll loop (SCHED) if one still runs, and returns its wake callback to call
+    /// once the lock is let go. Decided under the root lock, as the other strategies decide:
+    /// a worker's stop takes that lock after it marks the worker gone, so either this sees it
+    /// gone and the caller carries on, or the stop's own run comes after the flag and finds
+    /// what was left. (A runner holding no lock could read the flag before the stop wrote it
+    /// and hand over after the stop's run, to a thread that is gone.)
+    fn nolock_hand_over(&self) -> Option<&(dyn Fn() + Send + Sync)> {
+        self.waker.as_ref()?;
+        let _root = self.lock_root();
+        let wake = self.poll_loop()?;
+        self.state.fetch_or(SCHED, Ordering::Release);
+        Some(wake)
     }
 
     /// `__qdisc_run` for NoLock: the caller holds the seqlock.

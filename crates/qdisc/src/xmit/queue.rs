@@ -98,13 +98,13 @@ pub struct BulkVerdict {
 /// carry on themselves: a handed-over batch would wait for a thread that is gone).
 pub(super) struct PollLoop {
     wake: Box<dyn Fn() + Send + Sync>,
-    alive: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    alive: Option<std::sync::Arc<AtomicBool>>,
 }
 
 impl PollLoop {
     fn new(
         wake: impl Fn() + Send + Sync + 'static,
-        alive: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+        alive: Option<std::sync::Arc<AtomicBool>>,
     ) -> PollLoop {
         PollLoop {
             wake: Box::new(wake),
@@ -194,7 +194,7 @@ impl TxQueueBuilder {
         qdisc: Q,
         driver: D,
         waker: impl Fn() + Send + Sync + 'static,
-        alive: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        alive: std::sync::Arc<AtomicBool>,
     ) -> Result<TxQueue<P, Q, D>, ConfigError> {
         self.build_inner(qdisc, driver, Some(PollLoop::new(waker, Some(alive))))
     }
@@ -372,10 +372,7 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     /// one that still runs.
     pub(super) fn poll_loop(&self) -> Option<&(dyn Fn() + Send + Sync)> {
         let w = self.waker.as_ref()?;
-        if w.alive
-            .as_ref()
-            .is_some_and(|a| !a.load(std::sync::atomic::Ordering::Acquire))
-        {
+        if w.alive.as_ref().is_some_and(|a| !a.load(Ordering::Acquire)) {
             return None;
         }
         Some(&*w.wake)

@@ -3,8 +3,9 @@
 
 use core::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::{self, JoinHandle, Thread};
+
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{AtomicBool, Ordering, Wakeup};
 
 use crate::packet::Packet;
 use crate::qdisc::Qdisc;
@@ -30,6 +31,8 @@ pub struct TxWorker<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
     stop: Arc<AtomicBool>,
     /// Read by runners before they hand work over: false once the thread is stopping.
     alive: Arc<AtomicBool>,
+    /// The thread's sleep, woken by runners that hand work over and by the stop.
+    wakeup: Arc<Wakeup>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -40,17 +43,13 @@ impl<P: Packet + 'static, Q: Qdisc<P> + 'static, D: Driver<P> + 'static> TxWorke
     ///
     /// The builder's [`ConfigError`].
     pub fn spawn(builder: TxQueueBuilder, qdisc: Q, driver: D) -> Result<Self, ConfigError> {
-        let slot: Arc<std::sync::OnceLock<Thread>> = Arc::new(std::sync::OnceLock::new());
-        let waker_slot = slot.clone();
+        let wakeup = Arc::new(Wakeup::default());
+        let (waker, sleeper) = (wakeup.clone(), wakeup.clone());
         let alive = Arc::new(AtomicBool::new(true));
         let txq = Arc::new(builder.build_with_worker(
             qdisc,
             driver,
-            move || {
-                if let Some(t) = waker_slot.get() {
-                    t.unpark();
-                }
-            },
+            move || waker.wake(),
             alive.clone(),
         )?);
         let stop = Arc::new(AtomicBool::new(false));
@@ -58,20 +57,21 @@ impl<P: Packet + 'static, Q: Qdisc<P> + 'static, D: Driver<P> + 'static> TxWorke
         let handle = thread::Builder::new()
             .name("tx-worker".into())
             .spawn(move || {
+                sleeper.register();
                 while !s.load(Ordering::Acquire) {
                     if q.is_scheduled() {
                         q.poll();
                     } else {
-                        thread::park();
+                        sleeper.wait();
                     }
                 }
             })
             .expect("spawning the tx worker thread");
-        let _ = slot.set(handle.thread().clone());
         Ok(TxWorker {
             txq,
             stop,
             alive,
+            wakeup,
             handle: Some(handle),
         })
     }
@@ -96,8 +96,12 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxWorker<P, Q, D> {
     fn shutdown(&mut self) {
         let Some(h) = self.handle.take() else { return };
         self.alive.store(false, Ordering::Release);
+        // Every runner decides to hand over under the root lock: one that takes it after this
+        // sees the worker gone, and one that took it before has flagged SCHED and left its
+        // work queued, where the runs below find it.
+        drop(self.txq.lock_root());
         self.stop.store(true, Ordering::Release);
-        h.thread().unpark();
+        self.wakeup.wake();
         let _ = h.join();
         let moved = |q: &TxQueue<P, Q, D>| {
             let s = q.stats();
