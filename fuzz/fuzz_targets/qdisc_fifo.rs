@@ -111,6 +111,7 @@ fn pfifo_fast(txqlen: u32, data: &[u8]) {
         .build()
         .unwrap();
     let mut bands: Vec<PtrRing> = (0..3).map(|_| PtrRing::new(txqlen as usize)).collect();
+    let mut refused = 0;
     for (id, op) in ops(data).enumerate() {
         let id = id as u64;
         let mut tf = ToFree::new();
@@ -121,6 +122,7 @@ fn pfifo_fast(txqlen: u32, data: &[u8]) {
                 if bands[b].produce(id) {
                     assert_eq!(got, Verdict::Success);
                 } else {
+                    refused += 1;
                     assert_eq!(got, Verdict::Dropped(DropReason::QdiscOverlimit));
                 }
             }
@@ -148,6 +150,7 @@ fn pfifo_fast(txqlen: u32, data: &[u8]) {
         }
         assert_eq!(q.len(), bands.iter().map(PtrRing::len).sum::<usize>());
     }
+    assert_eq!(q.stats().drops, refused);
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -26,45 +26,19 @@ pub(crate) use loom::{hint::spin_loop, thread, thread::yield_now};
 #[cfg(not(lockless_loom))]
 pub(crate) use std::{hint::spin_loop, thread, thread::yield_now};
 
-/// One thread's sleep and its wake-up, for the TX worker: `park`/`unpark` of the thread that
-/// registered. Under loom a flag and a condition variable instead, because loom's `unpark`
-/// also makes a thread runnable while it is blocked on a mutex, which the model then reports
-/// as a failed lock.
-#[cfg(not(lockless_loom))]
-#[derive(Debug, Default)]
-pub(crate) struct Wakeup(std::sync::OnceLock<std::thread::Thread>);
-
-#[cfg(not(lockless_loom))]
-impl Wakeup {
-    /// Names the calling thread as the one [`wait`](Self::wait) puts to sleep. A wake before
-    /// this is lost: register before the first look at the condition.
-    pub(crate) fn register(&self) {
-        let _ = self.0.set(std::thread::current());
-    }
-
-    /// Sleeps until a [`wake`](Self::wake) since the last return (or returns at once).
-    pub(crate) fn wait(&self) {
-        std::thread::park();
-    }
-
-    pub(crate) fn wake(&self) {
-        if let Some(t) = self.0.get() {
-            t.unpark();
-        }
-    }
-}
-
-#[cfg(lockless_loom)]
+/// One thread's sleep and its wake-up, for the TX worker: a flag under a [`Mutex`] and a
+/// [`Condvar`], so that the same code runs under loom (whose `unpark` would also make a thread
+/// runnable while it is blocked on a mutex). A wake is never lost: it sets the flag, which the
+/// next [`wait`](Self::wait) consumes whether it came before or during the wait.
 #[derive(Debug, Default)]
 pub(crate) struct Wakeup {
     woken: Mutex<bool>,
     cv: Condvar,
 }
 
-#[cfg(lockless_loom)]
 impl Wakeup {
-    pub(crate) fn register(&self) {}
-
+    /// Sleeps until a [`wake`](Self::wake) since the last return (returns at once if one
+    /// came meanwhile), and consumes it.
     pub(crate) fn wait(&self) {
         let mut woken = self.woken.lock();
         while !*woken {
@@ -73,6 +47,7 @@ impl Wakeup {
         *woken = false;
     }
 
+    /// Wakes the sleeper, or the next [`wait`](Self::wait).
     pub(crate) fn wake(&self) {
         *self.woken.lock() = true;
         self.cv.notify_all();

@@ -128,14 +128,13 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
     }
 
     /// Flags the poll loop (SCHED) if one still runs, and returns its wake callback to call
-    /// once the lock is let go. Decided under the root lock, as the other strategies decide:
-    /// a worker's stop takes that lock after it marks the worker gone, so either this sees it
-    /// gone and the caller carries on, or the stop's own run comes after the flag and finds
-    /// what was left. (A runner holding no lock could read the flag before the stop wrote it
-    /// and hand over after the stop's run, to a thread that is gone.)
+    /// once the lock is let go. For a worker, which can stop, decided under the root lock, as
+    /// the other strategies decide: the stop takes that lock after it marks the worker gone,
+    /// so either this sees it gone and the caller carries on, or the stop's own run comes
+    /// after the flag and finds what was left. (A runner holding no lock could read the mark
+    /// before the stop wrote it and hand over after the stop's run, to a thread that is gone.)
     fn nolock_hand_over(&self) -> Option<&(dyn Fn() + Send + Sync)> {
-        self.waker.as_ref()?;
-        let _root = self.lock_root();
+        let _root = self.poll_loop_can_stop().then(|| self.lock_root());
         let wake = self.poll_loop()?;
         self.state.fetch_or(SCHED, Ordering::Release);
         Some(wake)

@@ -378,6 +378,13 @@ impl<P: Packet, Q: Qdisc<P>, D: Driver<P>> TxQueue<P, Q, D> {
         Some(&*w.wake)
     }
 
+    /// Whether the poll loop is a [`TxWorker`](crate::TxWorker)'s, which can stop: then a
+    /// runner decides to hand over under the root lock (the stop takes it after marking the
+    /// worker gone).
+    pub(super) fn poll_loop_can_stop(&self) -> bool {
+        self.waker.as_ref().is_some_and(|w| w.alive.is_some())
+    }
+
     pub(super) fn dropped(&self) -> Dropped<'_, P, Q, D> {
         Dropped {
             txq: self,

@@ -37,7 +37,7 @@ pub struct TxWorker<P: Packet, Q: Qdisc<P>, D: Driver<P>> {
 }
 
 impl<P: Packet + 'static, Q: Qdisc<P> + 'static, D: Driver<P> + 'static> TxWorker<P, Q, D> {
-    /// Builds the queue with a waker that unparks a new worker thread, and starts the thread.
+    /// Builds the queue with a waker that wakes a new worker thread, and starts the thread.
     ///
     /// # Errors
     ///
@@ -57,7 +57,6 @@ impl<P: Packet + 'static, Q: Qdisc<P> + 'static, D: Driver<P> + 'static> TxWorke
         let handle = thread::Builder::new()
             .name("tx-worker".into())
             .spawn(move || {
-                sleeper.register();
                 while !s.load(Ordering::Acquire) {
                     if q.is_scheduled() {
                         q.poll();
