@@ -444,3 +444,32 @@ fn defer_list_worker_stop_races_a_hand_over() {
 fn busylock_worker_stop_races_a_hand_over() {
     worker_stop_races_a_hand_over(Strategy::BusyLock);
 }
+
+/// (6b) The same race under NoLock, whose runner decides the hand-over after letting go of
+/// the seqlock (`qdisc_run_end` found MISSED): two producers, one packet each, quota 1, so a
+/// runner that sends one packet may hand the other's over; the second producer then stops the
+/// worker. Not in CI: it explores for tens of minutes at a preemption bound of 1. Run it with
+/// `RUSTFLAGS="--cfg lockless_loom" cargo test --release -p qdisc --test loom_xmit
+/// nolock_worker -- --ignored`.
+#[test]
+#[ignore = "tens of minutes; run by hand with --ignored"]
+fn nolock_worker_stop_races_a_hand_over() {
+    bounded_by(1, || {
+        let builder = TxQueue::builder()
+            .strategy(Strategy::NoLock)
+            .early_bypass(false)
+            .quota(1);
+        let worker = TxWorker::spawn(builder, Pfifo::new(), RecordingDriver::new()).unwrap();
+        let producer = {
+            let q = worker.queue().clone();
+            thread::spawn(move || {
+                q.xmit(TestPacket::new(0, 60));
+            })
+        };
+        worker.queue().xmit(TestPacket::new(1 << 8, 60));
+        let q = worker.stop();
+        producer.join().unwrap();
+        let (sent, stats) = all_out_in_order(&q, 2);
+        assert_eq!((sent.len(), stats.dropped()), (2, 0));
+    });
+}
