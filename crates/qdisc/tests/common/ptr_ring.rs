@@ -66,9 +66,7 @@ impl PtrRing {
         }
         Some(id)
     }
-}
 
-impl PtrRing {
     /// The packet a consume would return, if any (`__ptr_ring_peek`).
     pub(crate) fn peek(&self) -> Option<u64> {
         self.queue[self.consumer_head]
