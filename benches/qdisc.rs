@@ -33,9 +33,14 @@
 //! rounds.
 //! `fq_mem_bound_noindex` is the bound without the index line (flows found by their id), to
 //! show how much of the bound's growth that one random line a packet is, and
-//! `fq_mem_bound_idx4` the bound of an index a quarter of fq's (4-byte slot numbers, the key
-//! compared in the flow's line), and `fq_mem_bound_idx8` of one half of fq's (slot number and
-//! socket hash), layouts fq does not have.
+//! `fq_mem_bound_idx4` the bound of an index half of fq's (4-byte slot numbers, the key
+//! compared in the flow's line), and `fq_mem_bound_idx16` of one twice fq's (16-byte entries
+//! holding the whole key, fq's layout before its entries shrank to 8 bytes), layouts fq does
+//! not have.
+//!
+//! Each timed slice follows one untimed pass over its variant's queued packets, so that it
+//! times that variant's steady state rather than the other variants' evictions of its data;
+//! `QDISC_BENCH_COLD=1` leaves the pass out.
 //!
 //! Run: `cargo bench --bench qdisc`; on a loaded machine, `QDISC_BENCH_ROUNDS=15 cargo bench
 //! --bench qdisc` interleaves the variants instead (see [`interleaved`]).
@@ -310,7 +315,7 @@ fn step_vecdeque(flows: usize, read_len: bool) -> Step {
     })
 }
 
-/// An index entry of [`MemBound`]: the key and the flow's slot, 16 bytes as in fq's index.
+/// An index entry of [`MemBound`]'s 16-byte layout: the key and the flow's slot.
 #[derive(Clone, Copy)]
 struct BoundEntry {
     id: u64,
@@ -328,15 +333,17 @@ struct BoundFlow {
 /// How [`MemBound`] finds a packet's flow.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum BoundIndex {
-    /// fq's index: 16-byte entries holding the key, at most half full (`fq_mem_bound`).
+    /// 16-byte entries holding the key, at most half full: a table twice fq's
+    /// (`fq_mem_bound_idx16`), the layout fq had before its entries shrank to 8 bytes.
     Keys,
     /// An index of 4-byte slot numbers, as many, the key compared in the flow's line (which
-    /// the packet needs anyway): a table a quarter of fq's (`fq_mem_bound_idx4`), the bound of
-    /// a layout fq does not have.
+    /// the packet needs anyway): a table half of fq's (`fq_mem_bound_idx4`), the bound of a
+    /// layout fq does not have.
     Slots,
-    /// An index of 8-byte entries, a slot number and the socket hash (which fq checks at every
-    /// lookup), the key compared in the flow's line: a table half of fq's
-    /// (`fq_mem_bound_idx8`), also a layout fq does not have.
+    /// fq's index: 8-byte entries, a slot number and the socket hash (which fq checks at every
+    /// lookup), the key compared in the flow's line (`fq_mem_bound`). fq's entries also carry
+    /// a 5-bit fingerprint of the key, so its probes past other flows' entries rarely read
+    /// their lines; the bound reads them all, which at most half full is the rarer case.
     Slots8,
     /// No index: the bench's flow ids are the slots (`fq_mem_bound_noindex`), what everything
     /// but the index line costs.
@@ -571,23 +578,23 @@ fn fq_manual() -> qdisc::Fq<TestPacket> {
 /// look-ahead at `K` flows (0: no prefetch), or for `E/D` enqueue distance `E` and dequeue
 /// look-ahead `D`, and for `E/D/H` the flow line at `H`, to pick the distances by
 /// measurement; then `fq_mem_bound` (the memory floor, see [`MemBound`]),
-/// `fq_mem_bound_idx4`, `fq_mem_bound_idx8` and `fq_mem_bound_noindex` (the same with an index
-/// a quarter and a half of fq's, and without an index: what the rest costs; see
-/// [`BoundIndex`]) and, for each
+/// `fq_mem_bound_idx4`, `fq_mem_bound_idx16` and `fq_mem_bound_noindex` (the same with an
+/// index half and twice fq's, and without an index: what the rest costs; see [`BoundIndex`])
+/// and, for each
 /// `D` of `QDISC_BENCH_BOUND_D=D1,..`, `fq_mem_bound_dD` with dequeue look-ahead `D` (8 by
 /// default).
 fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
     let mut v: Vec<(&'static str, Step)> = vec![
         ("fq_loop32", step_batched(flows, fq_manual(), false)),
         ("fq_batch32", step_batched(flows, fq_manual(), true)),
-        ("fq_mem_bound", step_mem_bound(flows, 8, BoundIndex::Keys)),
+        ("fq_mem_bound", step_mem_bound(flows, 8, BoundIndex::Slots8)),
         (
             "fq_mem_bound_idx4",
             step_mem_bound(flows, 8, BoundIndex::Slots),
         ),
         (
-            "fq_mem_bound_idx8",
-            step_mem_bound(flows, 8, BoundIndex::Slots8),
+            "fq_mem_bound_idx16",
+            step_mem_bound(flows, 8, BoundIndex::Keys),
         ),
         (
             "fq_mem_bound_noindex",
@@ -601,7 +608,7 @@ fn fq_batch_variants(flows: usize) -> Vec<(&'static str, Step)> {
             panic!("QDISC_BENCH_BOUND_D: {d:?} is not a number");
         };
         let name: &'static str = Box::leak(format!("fq_mem_bound_d{d}").into_boxed_str());
-        v.push((name, step_mem_bound(flows, d, BoundIndex::Keys)));
+        v.push((name, step_mem_bound(flows, d, BoundIndex::Slots8)));
     }
     let ks = std::env::var("QDISC_BENCH_FQ_K").unwrap_or_default();
     for k in ks.split(',').map(str::trim).filter(|k| !k.is_empty()) {
@@ -693,6 +700,16 @@ fn interleaved(rounds: usize) {
         }
         // Each slice cycles through every queued packet a few times (at least 200 000 steps).
         let n = (4 * flows.max(64)).max(200_000) as u64;
+        // One untimed pass over every queued packet before each slice, so that a slice times
+        // its variant's steady state, not the other variants' evictions of its data (from
+        // 100 000 queued packets the variants' tables and packets no longer fit the cache
+        // together, and a cold first pass costs every variant the same, diluting the ratios).
+        // `QDISC_BENCH_COLD=1` times the slices as they come, for the contrast.
+        let warm = if std::env::var("QDISC_BENCH_COLD").is_ok_and(|v| v == "1") {
+            0
+        } else {
+            flows.max(64) as u64
+        };
         for (_, step) in &mut variants {
             step(n); // warm-up: one pass
         }
@@ -708,6 +725,9 @@ fn interleaved(rounds: usize) {
             });
             for i in order {
                 let step = &mut variants[i].1;
+                if warm > 0 {
+                    step(warm);
+                }
                 let t = if cpu_time {
                     let c0 = process_cpu_time();
                     step(n);
@@ -736,7 +756,7 @@ fn interleaved(rounds: usize) {
         // fq_batch32's curve if its cost grew by exactly the growth of `fq_mem_bound`'s (fq's
         // cost at the first flow count plus that growth): an additive estimate, not a floor.
         // The same for the index layouts fq does not have (`implied_min_idx4`, ...).
-        for bound in ["fq_mem_bound", "fq_mem_bound_idx4", "fq_mem_bound_idx8"] {
+        for bound in ["fq_mem_bound", "fq_mem_bound_idx4", "fq_mem_bound_idx16"] {
             if let (Some(f), Some(b)) = (index("fq_batch32"), index(bound)) {
                 let (f0, b0) = (fq_base["fq_batch32"], fq_base[bound]);
                 let (fm, bm) = (median(&ns[f]), median(&ns[b]));

@@ -86,7 +86,7 @@ impl<P: Packet> Fq<P> {
                 if f.state == FlowState::Detached {
                     // Like the kernel, the flow joins the new list of the band it last had
                     // (band 0 for a new flow) before taking this packet's band.
-                    let age = f.age;
+                    let age = f.age();
                     self.table.reattach(idx);
                     self.flow_add_tail(idx, ListSel::New);
                     // time_after(jiffies, f->age + q->flow_refill_delay)

@@ -10,7 +10,8 @@
 //!
 //! A flow is split in two for the cache. [`Flow`] holds what every enqueue and dequeue of an
 //! ordinary flow reads and writes, in one 64-byte line: the packet list, the head packet's
-//! metadata, credit, length, band, state, pacing time and idle time.
+//! metadata, credit, length, band, state, pacing time, idle time and the key's id (which the flow
+//! index compares here).
 //! [`FlowCold`], in a parallel array, holds what only deep flows, out-of-order stamps,
 //! throttling and garbage collection need. With 100 000 flows served round robin every flow is
 //! cold when its turn comes, so each line a dequeue touches is a miss.
@@ -66,12 +67,16 @@ const IN_GC: u8 = 4;
 #[repr(C, align(64))]
 pub(super) struct Flow<P: Packet> {
     head: Fifo<P>,
-    /// `time_to_send` of the linear list's head packet (valid while the list is not empty).
-    head_tts: u64,
+    /// While the linear list holds packets, its head packet's `time_to_send`; while the flow
+    /// is detached (and so holds none), when it was detached, `jiffies | 1` (`age`). The two
+    /// are never needed at once, and the kernel shares a word between `age` and the list's
+    /// `tail` pointer the same way. Read through [`head_tts`](Self::head_tts) and
+    /// [`age`](Self::age).
+    stamp: u64,
     pub(super) time_next_packet: u64,
-    /// When the flow was detached, `jiffies | 1` (`age`; the kernel's odd value that tells it
-    /// from a `tail` pointer).
-    pub(super) age: u64,
+    /// The id half of the flow key (`FlowCold::key >> 1`): the flow index compares it here,
+    /// in the line a lookup loads anyway, so that an index entry need not hold it.
+    pub(super) key_id: u64,
     /// DRR credit in bytes (the kernel's `int credit`, wrapping as it does).
     pub(super) credit: i32,
     pub(super) qlen: u32,
@@ -107,9 +112,9 @@ impl<P: Packet> Flow<P> {
     pub(super) fn new() -> Self {
         Flow {
             head: Fifo::new(),
-            head_tts: 0,
+            stamp: 0,
             time_next_packet: 0,
-            age: 0,
+            key_id: 0,
             credit: 0,
             qlen: 0,
             band: 0,
@@ -131,15 +136,37 @@ impl<P: Packet> Flow<P> {
         self.flags = (self.flags & !IN_GC) | if on { IN_GC } else { 0 };
     }
 
-    /// Re-initialises a recycled slot as a fresh, detached, empty flow (`kmem_cache_zalloc` +
-    /// `fq_flow_set_detached`, `age` being `jiffies | 1`).
-    pub(super) fn reinit(&mut self, age: u64) {
+    /// When the flow was detached, `jiffies | 1` (the kernel's `age`). Only while detached.
+    #[inline]
+    pub(super) fn age(&self) -> u64 {
+        debug_assert_eq!(self.state, FlowState::Detached);
+        self.stamp
+    }
+
+    /// Marks the flow detached at `age` (`jiffies | 1`); it holds no packet.
+    #[inline]
+    pub(super) fn set_detached_at(&mut self, age: u64) {
+        debug_assert!(self.head.is_empty() && self.flags & HAS_TREE == 0);
+        self.state = FlowState::Detached;
+        self.stamp = age;
+    }
+
+    /// `time_to_send` of the linear list's head packet; only while the list holds one.
+    #[inline]
+    fn head_tts(&self) -> u64 {
+        debug_assert!(!self.head.is_empty());
+        self.stamp
+    }
+
+    /// Re-initialises a recycled slot as a fresh, detached, empty flow of key id `key_id`
+    /// (`kmem_cache_zalloc` + `fq_flow_set_detached`, `age` being `jiffies | 1`).
+    pub(super) fn reinit(&mut self, key_id: u64, age: u64) {
         debug_assert!(self.head.is_empty() && self.flags & HAS_TREE == 0);
         self.credit = 0;
         self.qlen = 0;
         self.band = 0;
-        self.state = FlowState::Detached;
-        self.age = age;
+        self.key_id = key_id;
+        self.set_detached_at(age);
         self.time_next_packet = 0;
         self.flags = 0;
     }
@@ -150,13 +177,13 @@ impl<P: Packet> Flow<P> {
     pub(super) fn push(&mut self, cold: &mut FlowCold<P>, pkt: P, cb: PktCb) {
         let linear = match self.head.len() {
             0 => {
-                self.head_tts = cb.time_to_send;
+                self.stamp = cb.time_to_send;
                 self.head_band = cb.band;
                 self.flags = (self.flags & !HEAD_EDT) | if cb.edt { HEAD_EDT } else { 0 };
                 self.head.push_back(pkt);
                 return;
             }
-            1 => cb.time_to_send >= self.head_tts,
+            1 => cb.time_to_send >= self.head_tts(),
             _ => cold
                 .cbs
                 .back()
@@ -180,10 +207,11 @@ impl<P: Packet> Flow<P> {
         }
     }
 
+    /// The head packet's metadata (meaningless while the linear list is empty).
     #[inline]
     fn head_cb(&self) -> PktCb {
         PktCb {
-            time_to_send: self.head_tts,
+            time_to_send: self.stamp,
             band: self.head_band,
             edt: self.flags & HEAD_EDT != 0,
         }
@@ -222,7 +250,7 @@ impl<P: Packet> Flow<P> {
                     // A deep flow: the next head's metadata moves in from the ring, and its
                     // packet starts loading.
                     let next = cold.cbs.pop_front()?;
-                    self.head_tts = next.time_to_send;
+                    self.stamp = next.time_to_send;
                     self.head_band = next.band;
                     self.flags = (self.flags & !HEAD_EDT) | if next.edt { HEAD_EDT } else { 0 };
                     self.head.prefetch_front();
