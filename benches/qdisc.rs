@@ -25,7 +25,8 @@
 //! `fq_mem_bound` (interleaved mode, with the batched fq variants) is not a qdisc: it is the
 //! memory work fq cannot avoid per packet at each flow count, on the same packets in the same
 //! order and batches, pipelined as well as it can be (see [`MemBound`]). Its cost at a flow
-//! count is a floor for fq's there. Each flow count also prints `implied_min`, an estimate
+//! count is a floor for fq's there (as near as the bound's index follows fq's: see
+//! [`BoundIndex`]). Each flow count also prints `implied_min`, an estimate
 //! under an additive model: the flow curve fq_batch32 would have if its cost grew by exactly
 //! the bound's growth, `(fq@first + (bound@N - bound@first)) / fq@first`, next to its measured
 //! curve. It is not a floor (fq may overlap added stalls with its own work, as its pipelines
@@ -38,9 +39,10 @@
 //! holding the whole key, fq's layout before its entries shrank to 8 bytes), layouts fq does
 //! not have.
 //!
-//! Each timed slice follows one untimed pass over its variant's queued packets, so that it
-//! times that variant's steady state rather than the other variants' evictions of its data;
-//! `QDISC_BENCH_COLD=1` leaves the pass out.
+//! In the interleaved mode each timed slice follows one untimed pass over its variant's queued
+//! packets, so that it times that variant's steady state rather than the other variants'
+//! evictions of its data; `QDISC_BENCH_COLD=1` leaves the pass out. (Criterion's own warm-up
+//! does the same for its mode.)
 //!
 //! Run: `cargo bench --bench qdisc`; on a loaded machine, `QDISC_BENCH_ROUNDS=15 cargo bench
 //! --bench qdisc` interleaves the variants instead (see [`interleaved`]).
@@ -341,9 +343,9 @@ enum BoundIndex {
     /// layout fq does not have.
     Slots,
     /// fq's index: 8-byte entries, a slot number and the socket hash (which fq checks at every
-    /// lookup), the key compared in the flow's line (`fq_mem_bound`). fq's entries also carry
-    /// a 5-bit fingerprint of the key, so its probes past other flows' entries rarely read
-    /// their lines; the bound reads them all, which at most half full is the rarer case.
+    /// lookup), the key compared in the flow's line (`fq_mem_bound`); here the upper half holds
+    /// a fingerprint of the key in place of the hash, so that, as in fq (whose entries carry
+    /// both), a probe passing another flow's entry rarely reads that flow's line.
     Slots8,
     /// No index: the bench's flow ids are the slots (`fq_mem_bound_noindex`), what everything
     /// but the index line costs.
@@ -370,7 +372,7 @@ struct MemBound {
     index: Vec<BoundEntry>,
     /// The slots of `index`, for [`BoundIndex::Slots`].
     slots: Vec<u32>,
-    /// The slots of `index` with a stand-in socket hash in the high half, for
+    /// The slots of `index` with the key's fingerprint in the high half, for
     /// [`BoundIndex::Slots8`].
     slots8: Vec<u64>,
     bits: u32,
@@ -425,7 +427,7 @@ impl MemBound {
                     slot: slot as u32,
                 };
                 b.slots[pos] = slot as u32;
-                b.slots8[pos] = slot as u64 | (id.wrapping_mul(7) << 32);
+                b.slots8[pos] = slot as u64 | u64::from(Self::fingerprint(id)) << 32;
                 b.flows[slot].head.push_back(p);
             }
         }
@@ -446,6 +448,12 @@ impl MemBound {
         (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
     }
 
+    /// Five bits of the same mix below the home bits, as fq's entries keep.
+    #[inline]
+    fn fingerprint(id: u64) -> u32 {
+        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32 & 0x1f
+    }
+
     /// The slot of flow `id` (it exists).
     #[inline]
     fn find(&self, id: u64) -> usize {
@@ -458,26 +466,33 @@ impl MemBound {
                 }
                 pos = (pos + 1) & (self.index.len() - 1);
             },
-            BoundIndex::Slots => self.probe_slots(&self.slots, pos, id, |s| s),
-            BoundIndex::Slots8 => self.probe_slots(&self.slots8, pos, id, |e| e as u32),
+            BoundIndex::Slots => self.probe_slots(&self.slots, pos, id, Some),
+            BoundIndex::Slots8 => {
+                let fp = Self::fingerprint(id);
+                self.probe_slots(&self.slots8, pos, id, |e| {
+                    ((e >> 32) as u32 == fp).then_some(e as u32)
+                })
+            }
             BoundIndex::None => id as usize,
         }
     }
 
     /// Linear probing from `pos` over an index of slot numbers (`slot_of` reads one from an
-    /// entry), the key compared in the flow's line: the slot of flow `id` (it exists).
+    /// entry, `None` for an entry that cannot be `id`'s), the key compared in the flow's line:
+    /// the slot of flow `id` (it exists).
     #[inline]
     fn probe_slots<E: Copy>(
         &self,
         table: &[E],
         mut pos: usize,
         id: u64,
-        slot_of: impl Fn(E) -> u32,
+        slot_of: impl Fn(E) -> Option<u32>,
     ) -> usize {
         loop {
-            let s = slot_of(table[pos]) as usize;
-            if self.flows.get(s).is_some_and(|f| f.id == id) {
-                return s;
+            if let Some(s) = slot_of(table[pos]).map(|s| s as usize) {
+                if self.flows.get(s).is_some_and(|f| f.id == id) {
+                    return s;
+                }
             }
             pos = (pos + 1) & (table.len() - 1);
         }
@@ -668,7 +683,8 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
 /// variants of [`fq_batch_variants`] (for the flow curve, printed as each fq variant's median
 /// over its own at the first flow count, the in-round ratios fq_loop32/fq_batch32 and of each
 /// tuned variant and `fq_mem_bound` over fq_batch32, and `implied_min`), and
-/// `QDISC_BENCH_FLOWS=1,100` just those flow counts. `QDISC_BENCH_CPU=1` times each slice in
+/// `QDISC_BENCH_FLOWS=1,100` just those flow counts. Each slice follows an untimed pass over
+/// its variant's packets (`QDISC_BENCH_COLD=1`: none). `QDISC_BENCH_CPU=1` times each slice in
 /// the process's CPU time instead of wall time (the mode is single-threaded), so that a slice
 /// preempted by another process's build is not charged for the wait; caches and memory are
 /// still shared.

@@ -67,8 +67,12 @@ pub(super) const DEFAULT_DEQUEUE_DISTANCE: usize = 24;
 /// 1.05x at 16 384, 0.94x at 32 768; the fq-only `qdisc` bench (`QDISC_BENCH_FQ_K=0,8`)
 /// 1.05x slower at 8 192, 0.96x at 16 384; the full `qdisc` bench, whose eleven variants evict
 /// each other's tables as the rest of a system would, loop/batch 1.29x at 10 000 flows with
-/// the pipelines on (1.00x with them off). So they start at 8 192.
-pub(super) const PIPELINE_MIN_FLOWS: usize = 8192;
+/// the pipelines on (1.00x with them off). With the 8-byte index, and the bench timing each
+/// variant's steady state (an untimed pass before each slice; `QDISC_BENCH_FQ_K=0`, two runs
+/// of 7 rounds, pipelines off over on): 0.90x at 10 000 flows (off faster), 1.01–1.03x at
+/// 20 000, 1.09–1.11x at 30 000, 1.16–1.26x at 50 000. So they start at 16 384, about where
+/// they break even on a warm cache and still pay on a cold one.
+pub(super) const PIPELINE_MIN_FLOWS: usize = 16_384;
 
 /// The prefetch distances of the batched paths (0: no prefetch), and the number of live flows
 /// from which they run.
@@ -97,7 +101,7 @@ impl<P: Packet> Fq<P> {
     /// index-line distance, the flow line then loaded at half of it; at most 32) and
     /// [`dequeue_batch`](Qdisc::dequeue_batch) (`dequeue` flows ahead in the round robin, at
     /// most 64); 0 turns a pipeline off, larger values are clamped. By default both run only
-    /// while the table holds at least 8192 flows; after this call, at any number. Only speed
+    /// while the table holds at least 16 384 flows; after this call, at any number. Only speed
     /// changes, never a result. For tuning with the `qdisc` bench and for tests.
     #[doc(hidden)]
     pub fn set_prefetch_distances(&mut self, enqueue: usize, dequeue: usize) {

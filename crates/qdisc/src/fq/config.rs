@@ -76,7 +76,9 @@ pub struct FqConfig {
     /// `offload_horizon` in ns (default 0).
     pub offload_horizon_ns: u64,
     /// User-space stand-in for `GFP_ATOMIC` failure: at most this many flows exist; a packet of
-    /// a new flow beyond it goes to the internal queue and counts an `allocation_error`.
+    /// a new flow beyond it goes to the internal queue and counts an `allocation_error`. The
+    /// flow table holds at most 2^26 − 1 flows whatever this says (slot numbers have 26 bits;
+    /// some 11 GB of flow state), with the same outcome past it.
     pub max_flows: usize,
 }
 
@@ -316,7 +318,8 @@ impl FqBuilder {
         self
     }
 
-    /// Most flows that may exist at once (default unlimited); see [`FqConfig::max_flows`].
+    /// Most flows that may exist at once (default: no limit but the table's 2^26 − 1); see
+    /// [`FqConfig::max_flows`].
     pub fn max_flows(mut self, n: usize) -> Self {
         self.max_flows = n;
         self

@@ -21,7 +21,8 @@ pub struct FqStats {
     pub flows_plimit: u64,
     /// Packets whose pacing delay was clamped to 1 s.
     pub pkts_too_long: u64,
-    /// New flows that could not be created (here: over `max_flows`) and used the internal queue.
+    /// New flows that could not be created (here: over `max_flows`, or past the table's
+    /// 2^26 − 1 flows) and used the internal queue.
     pub allocation_errors: u64,
     /// `time_next_delayed_flow + timer_slack - now` in ns, as `fq_dump_stats` computes it on
     /// `u64` and reports it as `__s64` (negative when no flow is delayed, `~0ULL` then

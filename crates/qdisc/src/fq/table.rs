@@ -28,8 +28,10 @@
 //! index line (linear probing, at most half full) and then the flow it found; a probe passing
 //! another flow's entry reads that flow's line only when the fingerprints agree (one time in
 //! 32). Against 16-byte entries holding the whole key, the index is half the size (16 MB
-//! instead of 32 at a million flows) and fq's batched cost per packet 5-7 % lower at 300 000
-//! and 1 000 000 flows (`BENCHMARKS.md`). The index starts with 2^`buckets_log` entries and
+//! instead of 32 at a million flows), and fq's batched cost per packet fell from 51.0–52.8 to
+//! 49.0–49.5 ns at a million flows and from 48.7–54.9 to 47.1–48.5 at 300 000 (three
+//! alternated pairs of the `qdisc` bench; unchanged at 100 000). Placing an entry (a doubling,
+//! a deletion's backward shift) reads its flow's key id from the flow's line. The index starts with 2^`buckets_log` entries and
 //! doubles as flows are created, so a lookup stays O(1) at any number of flows, where the
 //! kernel's trees cost O(log(flows / buckets)). Slot numbers have 26 bits: at most
 //! 2^26 - 1 flows (past that, a new flow is an allocation failure, as at the kernel's
@@ -272,9 +274,10 @@ impl<P: Packet> FlowTable<P> {
         }
     }
 
-    /// Starts loading the hot line of `key`'s flow if the index entry where its lookup begins
-    /// holds it (a hint: the common case at most half full; a flow further along the probe run
-    /// is not looked for).
+    /// Starts loading the hot line of the flow whose index entry is where `key`'s lookup begins,
+    /// if that entry's kind and fingerprint match the key's (a hint: it is `key`'s flow in the
+    /// common case at most half full, another one once in 32 collisions; a flow further along
+    /// the probe run is not looked for).
     #[inline]
     pub(super) fn prefetch_flow_of(&self, key: u128) {
         let probe = Probe::of(key);
@@ -393,9 +396,9 @@ impl<P: Packet> FlowTable<P> {
 
     /// Rebuilds the index with `2^bits` entries (at least twice the live flows).
     fn rebuild(&mut self, bits: u32) {
+        debug_assert!(bits <= MAX_INDEX_BITS);
         let old = core::mem::replace(&mut self.index, huge::filled(1 << bits, Entry::VACANT));
         self.bits = bits;
-        debug_assert!(bits <= MAX_INDEX_BITS);
         for e in old.into_iter().filter(|e| e.tag != EMPTY) {
             self.place(e, self.home_of(e));
         }
