@@ -399,8 +399,15 @@ impl<P: Packet> FlowTable<P> {
         debug_assert!(bits <= MAX_INDEX_BITS);
         let old = core::mem::replace(&mut self.index, huge::filled(1 << bits, Entry::VACANT));
         self.bits = bits;
-        for e in old.into_iter().filter(|e| e.tag != EMPTY) {
-            self.place(e, self.home_of(e));
+        // Each entry's home needs its flow's key id, from a line of its own: load them ahead.
+        const AHEAD: usize = 16;
+        for (i, &e) in old.iter().enumerate() {
+            if let Some(a) = old.get(i + AHEAD).filter(|a| a.tag != EMPTY) {
+                self.prefetch(a.slot());
+            }
+            if e.tag != EMPTY {
+                self.place(e, self.home_of(e));
+            }
         }
     }
 
