@@ -27,7 +27,6 @@ use core::fmt;
 use core::marker::PhantomData;
 use core::ptr::{self, NonNull};
 use std::collections::VecDeque;
-use std::sync::PoisonError;
 
 use llist_defer::{Chain, Fifo};
 
@@ -210,12 +209,7 @@ impl Local {
             self.taken = overflow;
             return self.pop_taken();
         }
-        let batch = self
-            .pool()
-            .depot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+        let batch = self.pool().lock_depot().pop();
         if let Some(mut batch) = batch {
             let f = batch.pop_front();
             self.cache.append(&mut batch);
@@ -292,11 +286,7 @@ impl Local {
         }
         let cold = core::mem::replace(&mut self.cache, hot);
         if !cold.is_empty() {
-            self.pool()
-                .depot
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(cold);
+            self.pool().lock_depot().push(cold);
         }
     }
 
@@ -365,11 +355,7 @@ impl Local {
         if all.is_empty() {
             return false;
         }
-        self.pool()
-            .depot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(all);
+        self.pool().lock_depot().push(all);
         true
     }
 }

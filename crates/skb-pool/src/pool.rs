@@ -80,6 +80,15 @@ pub(crate) struct PoolInner {
 }
 
 impl PoolInner {
+    /// Locks the depot; a panic while another thread held it leaves its batches whole (each
+    /// push or pop is one `Vec` call), so a poisoned lock is taken as it is.
+    #[inline]
+    pub(crate) fn lock_depot(&self) -> impl core::ops::DerefMut<Target = Vec<Fifo<Frame>>> + '_ {
+        self.depot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub(crate) fn create(
         region: Region,
         cfg: Config,
@@ -122,10 +131,7 @@ impl PoolInner {
             batches.push(cur);
         }
         batches.reverse(); // the depot pops from the end
-        *inner
-            .depot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = batches;
+        *inner.lock_depot() = batches;
         // SAFETY: `Box::into_raw` never returns null.
         unsafe { NonNull::new_unchecked(raw) }
     }
@@ -485,13 +491,7 @@ impl Pool {
     /// Frames per CPU cache, per CPU defer list and in the depot, and the per-CPU counters.
     pub fn per_cpu_stats(&self) -> PerCpuStats {
         let inner = self.inner();
-        let depot = inner
-            .depot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-            .map(Fifo::len)
-            .sum();
+        let depot = inner.lock_depot().iter().map(Fifo::len).sum();
         inner.percpu.stats(depot)
     }
 

@@ -7,7 +7,6 @@
 //! This file must not free frames (`free.rs`) nor write another CPU's cache (`take.rs`).
 
 use core::ptr::NonNull;
-use std::sync::PoisonError;
 
 use llist_defer::{Chain, Fifo};
 
@@ -75,12 +74,7 @@ impl PoolInner {
             || self.cpu_lists_hold_frames()
             || !self.overflow.is_empty()
             || self.vacant_owners_hold_frames()
-            || self
-                .depot
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .any(|b| !b.is_empty())
+            || self.lock_depot().iter().any(|b| !b.is_empty())
     }
 
     /// Whether a CPU's defer list looks non-empty.
@@ -135,7 +129,7 @@ impl PoolInner {
             // Refill by half a cache (plus the frame returned), and leave the rest of the
             // batch in the depot: carried through this CPU's hands to be stashed, it would be
             // out of every other allocator's reach meanwhile.
-            let mut depot = self.depot.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut depot = self.lock_depot();
             if let Some(mut batch) = depot.pop() {
                 hand.get_or_insert_with(|| pc.in_hand());
                 let want = pc.cap.div_ceil(2) + 1;
@@ -418,10 +412,7 @@ impl PoolInner {
             k += 1;
         }
         if !frames.is_empty() {
-            self.depot
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(frames);
+            self.lock_depot().push(frames);
         }
         addr[..k].reverse();
         let pushed = self.percpu.push_all(&addr[..k], PUSH_SPARE);
@@ -433,10 +424,7 @@ impl PoolInner {
                 // SAFETY: addresses of this pool's free frames the caller gave us, each once.
                 .map(|&a| unsafe { Frame::from_addr(a) })
                 .collect();
-            self.depot
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(rest);
+            self.lock_depot().push(rest);
         }
     }
 
@@ -495,10 +483,7 @@ impl PoolInner {
                 Res::Done(..) => {}
                 Res::Refused(_) | Res::NotHere | Res::NoCache => {
                     frames.push_front(f);
-                    self.depot
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(frames);
+                    self.lock_depot().push(frames);
                     return;
                 }
             }
@@ -522,10 +507,7 @@ impl PoolInner {
         }
         if !out.is_empty() {
             hand.carried();
-            self.depot
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(out);
+            self.lock_depot().push(out);
         }
     }
 }
