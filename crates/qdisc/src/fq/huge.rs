@@ -19,15 +19,76 @@
 //! heap, whose range keeps the hint after the buffer is freed (later allocations there may get
 //! huge pages too, and the heap's mapping is split at the advised range's ends).
 
+use core::alloc::Layout;
+use core::ops::{Deref, DerefMut};
+use core::ptr::NonNull;
+
 /// Buffers smaller than this are left alone: they cannot hold a whole huge page.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// A vector of `n` copies of `value` whose buffer was advised before it was filled.
-pub(super) fn filled<T: Clone>(n: usize, value: T) -> Vec<T> {
-    let mut v = Vec::with_capacity(n);
-    advise(&v);
-    v.resize(n, value);
-    v
+/// A fixed-length array whose buffer, from 2 MiB on, starts on a 2 MiB boundary, so that every
+/// whole huge page of it can be huge (a `Vec` of exactly 2 MiB, unaligned, gets none). For
+/// the flow index, which is replaced whole when it grows, never resized in place.
+pub(super) struct HugeArray<T: Copy> {
+    ptr: NonNull<T>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: a `HugeArray` owns its elements as a `Box<[T]>` would.
+unsafe impl<T: Copy + Send> Send for HugeArray<T> {}
+// SAFETY: shared access gives only `&[T]`.
+unsafe impl<T: Copy + Sync> Sync for HugeArray<T> {}
+
+impl<T: Copy> HugeArray<T> {
+    /// `n ≥ 1` copies of `value`, the buffer advised before it is written.
+    pub(super) fn filled(n: usize, value: T) -> Self {
+        let bytes = n.max(1).checked_mul(core::mem::size_of::<T>().max(1));
+        let align = match bytes {
+            Some(b) if b >= HUGE_PAGE => HUGE_PAGE,
+            _ => core::mem::align_of::<T>(),
+        };
+        let layout = bytes
+            .and_then(|b| Layout::from_size_align(b, align).ok())
+            .expect("flow index size overflows the address space");
+        // SAFETY: `layout` has a non-zero size.
+        let raw = unsafe { std::alloc::alloc(layout) }.cast::<T>();
+        let Some(ptr) = NonNull::new(raw) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        advise_range(raw as usize, layout.size());
+        for i in 0..n {
+            // SAFETY: `i < n`, inside the allocation of `n` elements, aligned for `T`.
+            unsafe { raw.add(i).write(value) };
+        }
+        HugeArray {
+            ptr,
+            len: n,
+            layout,
+        }
+    }
+}
+
+impl<T: Copy> Deref for HugeArray<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` holds `len` initialised elements for as long as `self` lives.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Copy> DerefMut for HugeArray<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Copy> Drop for HugeArray<T> {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `filled` with this layout; `T: Copy` has no destructor.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) };
+    }
 }
 
 /// Reserves room for one more element in `v`, doubling its capacity as `Vec::push` would, and
@@ -46,17 +107,22 @@ pub(super) fn reserve_one<T>(v: &mut Vec<T>) {
 /// took it (false also for a buffer too small to ask for, and off Linux).
 fn advise<T>(v: &Vec<T>) -> bool {
     let bytes = v.capacity().saturating_mul(core::mem::size_of::<T>());
+    advise_range(v.as_ptr() as usize, bytes)
+}
+
+/// Asks for huge pages over the whole pages inside the `bytes` at `start`, a buffer the caller
+/// owns (a hint; whether the kernel took it).
+fn advise_range(start: usize, bytes: usize) -> bool {
     if bytes < HUGE_PAGE {
         return false;
     }
     #[cfg(target_os = "linux")]
     {
-        let start = v.as_ptr() as usize;
         let page = 4096;
         let first = start.next_multiple_of(page);
         let end = (start + bytes) & !(page - 1);
         if end > first {
-            // SAFETY: `[first, end)` lies inside the buffer `v` owns (page-aligned inward), and
+            // SAFETY: `[first, end)` lies inside the caller's buffer (page-aligned inward), and
             // MADV_HUGEPAGE only changes how the kernel backs those pages, never their contents
             // or protection; a refusal is returned as an error code, which a hint ignores.
             let rc = unsafe {
@@ -102,15 +168,24 @@ mod tests {
             eprintln!("SKIP: this kernel does not take MADV_HUGEPAGE");
             return;
         }
-        // 8 MiB of 16-byte entries: the madvise'd range starts at the buffer's first whole
-        // page, and `hg` in the mapping's flags is the kernel's record of MADV_HUGEPAGE.
-        let v = filled(1 << 19, [7u64; 2]);
+        // 2 MiB of 8-byte entries (the flow index at 100 000 flows): the buffer starts on a
+        // huge-page boundary, so its one huge page is whole, and `hg` in the mapping's flags is
+        // the kernel's record of MADV_HUGEPAGE.
+        let mut v = HugeArray::filled(1 << 18, [7u32; 2]);
         assert!(v.iter().all(|e| *e == [7, 7]));
-        let page = (v.as_ptr() as usize).next_multiple_of(4096);
+        assert_eq!(
+            v.as_ptr() as usize % HUGE_PAGE,
+            0,
+            "index buffer not aligned"
+        );
         assert!(
-            vm_flags_at(page).split_whitespace().any(|f| f == "hg"),
+            vm_flags_at(v.as_ptr() as usize)
+                .split_whitespace()
+                .any(|f| f == "hg"),
             "index buffer not advised"
         );
+        v[5] = [1, 2];
+        assert_eq!((v.len(), v[5], v[6]), (1 << 18, [1, 2], [7, 7]));
 
         let mut w: Vec<u64> = (0..(1 << 18)).collect();
         w.shrink_to_fit();
@@ -125,7 +200,7 @@ mod tests {
         );
 
         // A small buffer is left alone (no system call), and keeps its elements too.
-        let s = filled(16, 3u8);
-        assert_eq!(s, vec![3u8; 16]);
+        let s = HugeArray::filled(16, 3u8);
+        assert_eq!(&s[..], &[3u8; 16][..]);
     }
 }

@@ -195,7 +195,7 @@ pub(super) struct FlowTable<P: Packet> {
     slots: Vec<Flow<P>>,
     cold: Vec<FlowCold<P>>,
     free: Vec<u32>,
-    index: Vec<Entry>,
+    index: huge::HugeArray<Entry>,
     /// log2 of `index.len()`.
     bits: u32,
     live: usize,
@@ -219,7 +219,7 @@ impl<P: Packet> FlowTable<P> {
             slots: Vec::new(),
             cold: Vec::new(),
             free: Vec::new(),
-            index: huge::filled(1 << bits, Entry::VACANT),
+            index: huge::HugeArray::filled(1 << bits, Entry::VACANT),
             bits,
             live: 0,
             ages: VecDeque::new(),
@@ -397,7 +397,10 @@ impl<P: Packet> FlowTable<P> {
     /// Rebuilds the index with `2^bits` entries (at least twice the live flows).
     fn rebuild(&mut self, bits: u32) {
         debug_assert!(bits <= MAX_INDEX_BITS);
-        let old = core::mem::replace(&mut self.index, huge::filled(1 << bits, Entry::VACANT));
+        let old = core::mem::replace(
+            &mut self.index,
+            huge::HugeArray::filled(1 << bits, Entry::VACANT),
+        );
         self.bits = bits;
         // Each entry's home needs its flow's key id, from a line of its own: load them ahead.
         const AHEAD: usize = 16;
