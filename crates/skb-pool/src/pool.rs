@@ -80,8 +80,9 @@ pub(crate) struct PoolInner {
 }
 
 impl PoolInner {
-    /// Locks the depot; a panic while another thread held it leaves its batches whole (each
-    /// push or pop is one `Vec` call), so a poisoned lock is taken as it is.
+    /// Locks the depot. A panic while another thread held it leaves the `Vec` consistent (at
+    /// worst a batch that thread had popped dies with it, as it would without the lock), so a
+    /// poisoned lock is taken as it is.
     #[inline]
     pub(crate) fn lock_depot(&self) -> impl core::ops::DerefMut<Target = Vec<Fifo<Frame>>> + '_ {
         self.depot

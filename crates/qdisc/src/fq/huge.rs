@@ -1,7 +1,8 @@
 //! Transparent huge pages for the flow table's large arrays (the index, the hot and cold flow
-//! slabs). Owns only how such a `Vec`'s buffer is allocated and grown (moving the elements, as
-//! `Vec` growth does) and the `madvise` hint on it; it must not read the elements, and nothing
-//! the table decides depends on it.
+//! slabs). Owns how their buffers are allocated: the slabs' `Vec`s grown (moving the elements,
+//! as `Vec` growth does), the index's fixed-length [`HugeArray`] (allocated, filled, freed),
+//! and the `madvise` hint on both. It must not read the elements, and nothing the table decides
+//! depends on it.
 //!
 //! A table of a million flows spreads its lookups over about 100 MB. With 4 KiB pages every
 //! lookup's index line and flow line is also a TLB miss, and the page walk competes with the
@@ -12,8 +13,9 @@
 //! refuses (THP `never`, no contiguous memory) or on other systems the table works the same:
 //! the hint costs one system call per growth and is never an error.
 //!
-//! Only the whole 2 MiB-aligned pages inside a buffer can be huge, so a buffer of 2–4 MiB may
-//! get none. The hint is a property of the address range, not of the buffer: glibc serves a
+//! Only the whole 2 MiB-aligned pages inside a buffer can be huge, so a slab of 2–4 MiB may get
+//! none; the index's buffer starts on a 2 MiB boundary from 2 MiB on, so every page of it can
+//! be huge (glibc then reserves up to 2 MiB more address space for it, never touched). The hint is a property of the address range, not of the buffer: glibc serves a
 //! buffer this large with its own mapping, which dies with the buffer, but after freeing one it
 //! raises its mapping threshold (up to 32 MiB), and a later buffer below that comes from the
 //! heap, whose range keeps the hint after the buffer is freed (later allocations there may get
@@ -41,11 +43,12 @@ unsafe impl<T: Copy + Send> Send for HugeArray<T> {}
 unsafe impl<T: Copy + Sync> Sync for HugeArray<T> {}
 
 impl<T: Copy> HugeArray<T> {
-    /// `n ≥ 1` copies of `value`, the buffer advised before it is written.
+    /// `n` copies of `value` (room for at least one element is allocated), the buffer advised
+    /// before it is written.
     pub(super) fn filled(n: usize, value: T) -> Self {
         let bytes = n.max(1).checked_mul(core::mem::size_of::<T>().max(1));
         let align = match bytes {
-            Some(b) if b >= HUGE_PAGE => HUGE_PAGE,
+            Some(b) if b >= HUGE_PAGE => HUGE_PAGE.max(core::mem::align_of::<T>()),
             _ => core::mem::align_of::<T>(),
         };
         let layout = bytes
@@ -58,7 +61,9 @@ impl<T: Copy> HugeArray<T> {
         };
         advise_range(raw as usize, layout.size());
         for i in 0..n {
-            // SAFETY: `i < n`, inside the allocation of `n` elements, aligned for `T`.
+            // SAFETY: `i < n`, and the allocation has room for `n` elements of `T` (`n` bytes
+            // for a zero-sized `T`, where a write touches none) at an alignment of at least
+            // `T`'s.
             unsafe { raw.add(i).write(value) };
         }
         HugeArray {
@@ -116,6 +121,8 @@ fn advise_range(start: usize, bytes: usize) -> bool {
     if bytes < HUGE_PAGE {
         return false;
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = start;
     #[cfg(target_os = "linux")]
     {
         let page = 4096;
@@ -163,14 +170,8 @@ mod tests {
 
     #[test]
     fn large_buffers_are_advised_and_keep_their_elements() {
-        // A kernel without THP (or a sandbox that ignores the hint) refuses it: skip there.
-        if !advise(&Vec::<u8>::with_capacity(4 << 20)) {
-            eprintln!("SKIP: this kernel does not take MADV_HUGEPAGE");
-            return;
-        }
         // 2 MiB of 8-byte entries (the flow index at 100 000 flows): the buffer starts on a
-        // huge-page boundary, so its one huge page is whole, and `hg` in the mapping's flags is
-        // the kernel's record of MADV_HUGEPAGE.
+        // huge-page boundary, so its one huge page can be whole.
         let mut v = HugeArray::filled(1 << 18, [7u32; 2]);
         assert!(v.iter().all(|e| *e == [7, 7]));
         assert_eq!(
@@ -178,6 +179,12 @@ mod tests {
             0,
             "index buffer not aligned"
         );
+        // A kernel without THP (or a sandbox that ignores the hint) refuses it: skip the rest
+        // there. `hg` in the mapping's flags is the kernel's record of MADV_HUGEPAGE.
+        if !advise(&Vec::<u8>::with_capacity(4 << 20)) {
+            eprintln!("SKIP: this kernel does not take MADV_HUGEPAGE");
+            return;
+        }
         assert!(
             vm_flags_at(v.as_ptr() as usize)
                 .split_whitespace()
