@@ -1,8 +1,8 @@
 //! Transparent huge pages for the flow table's large arrays (the index, the hot and cold flow
 //! slabs). Owns how their buffers are allocated: the slabs' `Vec`s grown (moving the elements,
-//! as `Vec` growth does), the index's fixed-length [`HugeArray`] (allocated, filled, freed),
-//! and the `madvise` hint on both. It must not read the elements, and nothing the table decides
-//! depends on it.
+//! as `Vec` growth does), the index's fixed-length [`HugeArray`](crate::fq::huge::HugeArray)
+//! (allocated, filled, freed), and the `madvise` hint on both. It must not read the elements,
+//! and nothing the table decides depends on it.
 //!
 //! A table of a million flows spreads its lookups over about 100 MB. With 4 KiB pages every
 //! lookup's index line and flow line is also a TLB miss, and the page walk competes with the
