@@ -25,8 +25,10 @@
 //! `fq_mem_bound` (interleaved mode, with the batched fq variants) is not a qdisc: it is the
 //! memory work fq cannot avoid per packet at each flow count, on the same packets in the same
 //! order and batches, pipelined as well as it can be (see [`MemBound`]). Its cost at a flow
-//! count is a floor for fq's there (as near as the bound's index follows fq's: see
-//! [`BoundIndex`]). Each flow count also prints `implied_min`, an estimate
+//! count is a floor for fq's there, as near as the bound's memory follows fq's: its index
+//! follows fq's layout (see [`BoundIndex`]), but its arrays are plain `Vec`s without huge
+//! pages, where fq's index and flow slabs ask for them, so from 100 000 flows the bound may
+//! pay TLB misses fq does not. Each flow count also prints `implied_min`, an estimate
 //! under an additive model: the flow curve fq_batch32 would have if its cost grew by exactly
 //! the bound's growth, `(fq@first + (bound@N - bound@first)) / fq@first`, next to its measured
 //! curve. It is not a floor (fq may overlap added stalls with its own work, as its pipelines
@@ -328,7 +330,7 @@ struct BoundEntry {
 #[repr(align(64))]
 struct BoundFlow {
     head: Fifo<TestPacket>,
-    /// The flow's key, for [`BoundIndex::Slots`].
+    /// The flow's key, for [`BoundIndex::Slots`] and [`BoundIndex::Slots8`].
     id: u64,
 }
 
@@ -468,6 +470,8 @@ impl MemBound {
             },
             BoundIndex::Slots => self.probe_slots(&self.slots, pos, id, Some),
             BoundIndex::Slots8 => {
+                // A vacant entry reads as slot `VACANT` with fingerprint 0: a key whose
+                // fingerprint is 0 gets that slot, which `flows.get` refuses.
                 let fp = Self::fingerprint(id);
                 self.probe_slots(&self.slots8, pos, id, |e| {
                     ((e >> 32) as u32 == fp).then_some(e as u32)

@@ -65,9 +65,10 @@ pub(super) const DEFAULT_DEQUEUE_DISTANCE: usize = 24;
 /// caches. Measured (fq on the manual clock, batches of 32, one packet per flow): one qdisc
 /// alone (thread CPU time, 5 rounds, pipelines 8/8 against off) 1.15x slower at 8 192 flows,
 /// 1.05x at 16 384, 0.94x at 32 768; the fq-only `qdisc` bench (`QDISC_BENCH_FQ_K=0,8`)
-/// 1.05x slower at 8 192, 0.96x at 16 384; the full `qdisc` bench, whose eleven variants evict
-/// each other's tables as the rest of a system would, loop/batch 1.29x at 10 000 flows with
-/// the pipelines on (1.00x with them off). With the 8-byte index, and the bench timing each
+/// 1.05x slower at 8 192, 0.96x at 16 384; the full `qdisc` bench with cold slices (before it
+/// ran an untimed pass ahead of each), whose eleven variants evicted each other's tables as
+/// the rest of a system would, loop/batch 1.29x at 10 000 flows with the pipelines on (1.00x
+/// with them off). With the 8-byte index, and the bench timing each
 /// variant's steady state (an untimed pass before each slice; `QDISC_BENCH_FQ_K=0`, two runs
 /// of 7 rounds, pipelines off over on): 0.90x at 10 000 flows (off faster), 1.01–1.03x at
 /// 20 000, 1.09–1.11x at 30 000, 1.16–1.26x at 50 000. So they start at 16 384, about where

@@ -18,7 +18,8 @@
 //! Files: `flow` (one flow's packets), `flow_list` (a band's round-robin list), `table` (flow
 //! lookup and per-bucket GC), `enqueue` and `dequeue` (the scheduler), `batch` (the batched
 //! paths' prefetch pipelines), `pacing` (the delay formula), `jiffies` (the coarse clock of flow
-//! ages), `stats`, `config` (builder), `change` (live reconfiguration).
+//! ages), `stats`, `config` (builder), `change` (live reconfiguration), `huge` (huge pages for
+//! the table's arrays).
 //!
 //! Integer types and wraps are the kernel's: credits are `int` and wrap (the kernel builds with
 //! `-fno-strict-overflow`), times are `u64` and wrap, the horizon and CE tests cast to `s64`,

@@ -26,16 +26,16 @@
 //! number, the key's kind, a 5-bit fingerprint of the key and the socket hash, and the key's id
 //! is compared in the flow's hot line, which the lookup loads next anyway. So a lookup reads one
 //! index line (linear probing, at most half full) and then the flow it found; a probe passing
-//! another flow's entry reads that flow's line only when the fingerprints agree (one time in
-//! 32). Against 16-byte entries holding the whole key, the index is half the size (16 MB
-//! instead of 32 at a million flows), and fq's batched cost per packet fell from 51.0–52.8 to
-//! 49.0–49.5 ns at a million flows and from 48.7–54.9 to 47.1–48.5 at 300 000 (three
-//! alternated pairs of the `qdisc` bench; unchanged at 100 000). Placing an entry (a doubling,
-//! a deletion's backward shift) reads its flow's key id from the flow's line. The index starts with 2^`buckets_log` entries and
-//! doubles as flows are created, so a lookup stays O(1) at any number of flows, where the
-//! kernel's trees cost O(log(flows / buckets)). Slot numbers have 26 bits: at most
-//! 2^26 - 1 flows (past that, a new flow is an allocation failure, as at the kernel's
-//! `kmem_cache_alloc`).
+//! another flow's entry of the same key kind reads that flow's line only when the fingerprints
+//! agree (one time in 32). Against 16-byte entries holding the whole key, the index is half the
+//! size (16 MB instead of 32 at a million flows), and fq's batched cost per packet fell from
+//! 51.0–52.8 to 49.0–49.5 ns at a million flows and from 48.7–54.9 to 47.1–48.5 at 300 000
+//! (three alternated pairs of the `qdisc` bench with cold slices; unchanged at 100 000).
+//! Placing an entry (a doubling, a deletion's backward shift) reads its flow's key id from the
+//! flow's line. The index starts with 2^`buckets_log` entries and doubles as flows are created,
+//! so a lookup stays O(1) at any number of flows, where the kernel's trees cost
+//! O(log(flows / buckets)). Slot numbers have 26 bits: at most 2^26 − 1 flows (past that, a
+//! new flow is an allocation failure, as at the kernel's `kmem_cache_alloc`).
 //!
 //! Slots of freed flows are recycled with their per-packet ring's capacity, so a table of churning
 //! flows settles into allocating nothing.
@@ -90,6 +90,9 @@ const MAX_SLOTS: usize = SLOT_MASK as usize;
 /// Index bits at most: an index of `2^27` entries holds `MAX_SLOTS` flows at most half full,
 /// and its home positions (the mix's top 27 bits) stay clear of the fingerprint's bits.
 const MAX_INDEX_BITS: u32 = 27;
+// The home position (the mix's top `bits ≤ MAX_INDEX_BITS` bits) and the fingerprint (bits
+// 32..37) never share a bit.
+const _: () = assert!(64 - MAX_INDEX_BITS >= 37);
 
 /// One index entry, 8 bytes: the flow's slot, the key's kind and fingerprint in `tag`, and
 /// the flow's socket hash. The key's id is compared in the flow's hot line
@@ -724,7 +727,32 @@ impl<P: Packet> FlowTable<P> {
 
 #[cfg(test)]
 mod tests {
+    use super::{Entry, FINGERPRINT, HASHED, Probe, SLOT_MASK};
     use super::{FlowTable, hash_ptr};
+
+    /// An entry is 8 bytes, and a key's tag bits are its kind and a fingerprint that takes all
+    /// 32 values over keys and never touches the slot bits: a probe past another flow's entry
+    /// reads that flow's line for one key in 32, not for every key.
+    #[test]
+    fn entries_are_8_bytes_and_fingerprints_spread() {
+        assert_eq!(core::mem::size_of::<Entry>(), 8);
+        let mut seen = [[0u32; 32]; 2];
+        for id in 0..4096u128 {
+            for kind in 0..2u128 {
+                let p = Probe::of(id << 1 | kind);
+                assert_eq!(p.sig & SLOT_MASK, 0);
+                assert_eq!(p.sig & HASHED != 0, kind == 1);
+                seen[kind as usize][((p.sig & FINGERPRINT) >> 26) as usize] += 1;
+            }
+        }
+        for counts in seen {
+            // 4096 keys over 32 values: 128 each on average.
+            assert!(
+                counts.iter().all(|&c| (64..=192).contains(&c)),
+                "{counts:?}"
+            );
+        }
+    }
     use crate::TestPacket;
     use crate::fq::flow::FlowState;
     use std::collections::HashMap;
