@@ -444,16 +444,22 @@ impl MemBound {
         }
     }
 
-    /// fq's index hash: the top `bits` bits of a multiplicative mix of the key.
+    /// fq's index mix of a socket key's id (Fibonacci hashing).
     #[inline]
-    fn home(&self, id: u64) -> usize {
-        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+    fn mix(id: u64) -> u64 {
+        id.wrapping_mul(0x9E37_79B9_7F4A_7C15)
     }
 
-    /// Five bits of the same mix below the home bits, as fq's entries keep.
+    /// fq's index hash: the top `bits` bits of the mix.
+    #[inline]
+    fn home(&self, id: u64) -> usize {
+        (Self::mix(id) >> (64 - self.bits)) as usize
+    }
+
+    /// Five bits of the mix below the home bits, as fq's entries keep.
     #[inline]
     fn fingerprint(id: u64) -> u32 {
-        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32 & 0x1f
+        (Self::mix(id) >> 32) as u32 & 0x1f
     }
 
     /// The slot of flow `id` (it exists).

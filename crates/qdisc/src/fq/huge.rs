@@ -16,11 +16,11 @@
 //! Only the whole 2 MiB-aligned pages inside a buffer can be huge, so a slab of 2–4 MiB may get
 //! none; the index's buffer starts on a 2 MiB boundary from 2 MiB on, so every page of it can
 //! be huge (glibc then reserves up to 2 MiB more address space for it, never touched). The hint
-//! is a property of the address range, not of the buffer: glibc serves a
-//! buffer this large with its own mapping, which dies with the buffer, but after freeing one it
-//! raises its mapping threshold (up to 32 MiB), and a later buffer below that comes from the
-//! heap, whose range keeps the hint after the buffer is freed (later allocations there may get
-//! huge pages too, and the heap's mapping is split at the advised range's ends).
+//! is a property of the address range, not of the buffer: glibc serves a buffer this large
+//! with its own mapping, which dies with the buffer, but after freeing one it raises its
+//! mapping threshold (up to 32 MiB), and a later buffer below that comes from the heap, whose
+//! range keeps the hint after the buffer is freed (later allocations there may get huge pages
+//! too, and the heap's mapping is split at the advised range's ends).
 
 use core::alloc::Layout;
 use core::ops::{Deref, DerefMut};

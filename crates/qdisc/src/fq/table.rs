@@ -126,14 +126,17 @@ struct Probe {
 }
 
 impl Probe {
-    /// Splits `key` (a socket id `<< 1`, or `(masked hash << 1) | 1`) into id and kind, and
-    /// mixes them: Fibonacci hashing, whose top bits pick the home position and whose bits
-    /// 32..37 are the fingerprint.
+    /// Splits `key` (a socket id `<< 1`, or `(masked hash << 1) | 1`) into id and kind.
     #[inline]
     fn of(key: u128) -> Probe {
+        Probe::new((key >> 1) as u64, if key & 1 == 1 { HASHED } else { 0 })
+    }
+
+    /// Mixes id and kind (`HASHED` or 0): Fibonacci hashing, whose top bits pick the home
+    /// position and whose bits 32..37 are the fingerprint.
+    #[inline]
+    fn new(id: u64, kind: u32) -> Probe {
         const K: u64 = 0x9E37_79B9_7F4A_7C15;
-        let id = (key >> 1) as u64;
-        let kind = if key & 1 == 1 { HASHED } else { 0 };
         let mix = (id ^ (u64::from(kind) << 32)).wrapping_mul(K);
         let fingerprint = ((mix >> 32) as u32) << SLOT_BITS & FINGERPRINT;
         Probe {
@@ -377,9 +380,7 @@ impl<P: Packet> FlowTable<P> {
 
     /// Where the probe for entry `e`'s key starts (its id read from its flow's hot line).
     fn home_of(&self, e: Entry) -> usize {
-        let id = self.slots[e.slot() as usize].key_id;
-        let kind = u128::from(e.tag & HASHED != 0);
-        Probe::of(u128::from(id) << 1 | kind).home(self.bits)
+        Probe::new(self.slots[e.slot() as usize].key_id, e.tag & HASHED).home(self.bits)
     }
 
     /// Stores `e` at the first empty position from `home` on.
@@ -727,8 +728,10 @@ impl<P: Packet> FlowTable<P> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Entry, FINGERPRINT, HASHED, Probe, SLOT_MASK};
-    use super::{FlowTable, hash_ptr};
+    use super::{Entry, FINGERPRINT, FlowTable, HASHED, Probe, SLOT_BITS, SLOT_MASK, hash_ptr};
+    use crate::TestPacket;
+    use crate::fq::flow::FlowState;
+    use std::collections::HashMap;
 
     /// An entry is 8 bytes, and a key's tag bits are its kind and a fingerprint that takes all
     /// 32 values over keys and never touches the slot bits: a probe past another flow's entry
@@ -742,7 +745,7 @@ mod tests {
                 let p = Probe::of(id << 1 | kind);
                 assert_eq!(p.sig & SLOT_MASK, 0);
                 assert_eq!(p.sig & HASHED != 0, kind == 1);
-                seen[kind as usize][((p.sig & FINGERPRINT) >> 26) as usize] += 1;
+                seen[kind as usize][((p.sig & FINGERPRINT) >> SLOT_BITS) as usize] += 1;
             }
         }
         for counts in seen {
@@ -753,9 +756,6 @@ mod tests {
             );
         }
     }
-    use crate::TestPacket;
-    use crate::fq::flow::FlowState;
-    use std::collections::HashMap;
 
     /// Inserts, frees (backward-shift deletion) and resizes on a small, crowded index agree with
     /// a map at every step, for socket (even) and hashed (odd) keys with the same id.
