@@ -343,6 +343,77 @@ fn frames_sent_home_come_back_in_the_order_they_were_freed() {
     }
 }
 
+/// A bulk free whose frames alternate between two homes (a runner's batch of packets from
+/// producers on both CPUs) sends each home its frames in the order they were freed: CPU 0's go
+/// home and come back oldest free first, as if freed alone.
+#[test]
+fn a_bulk_free_of_interleaved_homes_keeps_each_homes_order() {
+    let Some((c0, c1)) = two_cpus() else {
+        return;
+    };
+    for mode in modes() {
+        let pool = pool_deferring(mode, 1024, 256, 64);
+        let mut mine: Vec<Skb> = on_cpu(c0, || (0..48).map(|_| pool.alloc().unwrap()).collect());
+        let theirs: Vec<Skb> = on_cpu(c1, || (0..48).map(|_| pool.alloc().unwrap()).collect());
+        // CPU 0's frames in a scrambled order, each followed by one of CPU 1's.
+        let order = scrambled_48();
+        let mut slots: Vec<Option<Skb>> = mine.drain(..).map(Some).collect();
+        let freed: Vec<u64> = order
+            .iter()
+            .map(|&i| slots[i].as_ref().unwrap().frame_addr())
+            .collect();
+        let batch: Vec<Skb> = order
+            .iter()
+            .zip(theirs)
+            .flat_map(|(&i, t)| [slots[i].take().unwrap(), t])
+            .collect();
+        on_cpu(c1, || Skb::free_bulk(batch));
+        assert_eq!(pool.per_cpu_stats().cpus[c0].deferred, 48, "{mode:?}");
+        assert_eq!(handed_out_again(&pool, c0, 160, &freed), freed, "{mode:?}");
+        assert_eq!(pool.stats().free, scaled(1024), "{mode:?}");
+    }
+}
+
+/// A bulk free over frames of more homes than it gathers at once (six pools' handle frames,
+/// round robin) and one whose iterator panics half-way: every frame it took goes home, none
+/// twice.
+#[test]
+fn a_bulk_free_over_many_homes_or_a_panicking_iterator_frees_every_frame_it_took() {
+    let pools: Vec<Pool> = (0..6)
+        .map(|_| Pool::builder().frame_count(64).build().unwrap())
+        .collect();
+    let mut handles: Vec<_> = pools.iter().map(|p| p.handle().unwrap()).collect();
+    let mut batch = Vec::new();
+    for _ in 0..40 {
+        for h in &mut handles {
+            batch.push(h.alloc().unwrap());
+        }
+    }
+    Skb::free_bulk(batch);
+    for h in &mut handles {
+        h.flush_frees();
+    }
+    for (i, p) in pools.iter().enumerate() {
+        assert_eq!(p.stats().free, 64, "pool {i}");
+    }
+
+    let pool = &pools[0];
+    let skbs: Vec<Skb> = (0..20).map(|_| handles[0].alloc().unwrap()).collect();
+    let mut it = skbs.into_iter();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut n = 0;
+        Skb::free_bulk(std::iter::from_fn(|| {
+            n += 1;
+            assert!(n <= 10, "the caller's iterator fails");
+            it.next()
+        }));
+    }));
+    assert!(caught.is_err());
+    drop(it); // the ten the bulk free never took
+    handles[0].flush_frees();
+    assert_eq!(pool.stats().free, 64);
+}
+
 /// With `RefillOrder::Address` the frames a CPU gets back from its defer list come out lowest
 /// address first, whatever order they were freed in: through a kicked drain (the cache still
 /// holds frames, which come out first, as with `Freed`) and through the refill of a dry cache
