@@ -19,7 +19,7 @@
 //! the metadata and data lines together.
 
 use core::fmt;
-use core::mem::{ManuallyDrop, MaybeUninit};
+use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
 
 use llist_defer::{Link, Node};
@@ -488,15 +488,16 @@ impl Skb {
 
 impl Skb {
     /// Frees many frames at once, what a driver does with a batch it has sent (the kernel's
-    /// bulk free of a completed list). Frames go in runs of up to
-    /// [`Pool::BULK`](crate::Pool::BULK) per home, gathered side by side for up to four homes
-    /// at once, so a batch that interleaves the frames of producers on several CPUs still
-    /// makes long runs, each home's frames in their order: per-CPU frames with the same home
-    /// CPU back into its cache with one critical section when the thread runs there (one rseq
-    /// section, or one acquisition of the cache's try-lock), else onto this CPU's outgoing
-    /// stack for their home (rseq pools) or into its outgoing batch with one lock per batch,
-    /// their references given back together; handle frames of one pool through this thread's
-    /// handle, looked up once a run. Frames of the shared path are dropped as usual.
+    /// bulk free of a completed list). Consecutive frames of one pool go in runs of up to
+    /// [`Pool::BULK`](crate::Pool::BULK): per-CPU frames with the same home CPU back into its
+    /// cache with one critical section when the thread runs there (one rseq section, or one
+    /// acquisition of the cache's try-lock), else onto this CPU's outgoing stack for their
+    /// home (rseq pools) or into its outgoing batch with one lock per batch, their references
+    /// given back together; handle frames through this
+    /// thread's handle, looked up once a run. Frames of the shared path are dropped as usual.
+    /// If the iterator panics, the frames of the run being gathered (at most
+    /// [`Pool::BULK`](crate::Pool::BULK) − 1, already taken from their `Skb`s) are leaked:
+    /// never handed out again, never counted free.
     ///
     /// ```
     /// use skb_pool::{Pool, Skb};
@@ -508,10 +509,9 @@ impl Skb {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn free_bulk<I: IntoIterator<Item = Skb>>(skbs: I) {
-        let mut runs = OpenRuns::new();
-        // The run frames go to now, its home and its length (kept here: the next frame's store
-        // must not wait for the last one's count to come back from memory).
-        let (mut home, mut at, mut len) = (None, 0, 0);
+        let mut buf = [0usize; crate::Pool::BULK];
+        let mut n = 0;
+        let mut run = (core::ptr::null::<PoolInner>(), 0u16);
         for skb in skbs {
             let frame = skb.into_frame();
             let owner = frame.owner();
@@ -526,91 +526,15 @@ impl Skb {
                 owner
             };
             let key = (frame.pool(), stamp);
-            if home != Some(key) {
-                at = runs.run_for(key);
-                len = runs.lens[at];
-                home = Some(key);
+            if n == buf.len() || (n > 0 && key != run) {
+                free_run(run.0, run.1, &buf[..n]);
+                n = 0;
             }
-            runs.bufs[at][len] = MaybeUninit::new(frame.0.as_ptr() as usize);
-            len += 1;
-            // Stored, never read back here: what a panic in the caller's iterator must free.
-            runs.lens[at] = len;
-            if len == crate::Pool::BULK {
-                runs.send(at);
-                len = 0;
-            }
+            run = key;
+            buf[n] = frame.0.as_ptr() as usize;
+            n += 1;
         }
-    }
-}
-
-/// Runs of at most one home each (a pool and a per-CPU home stamp, or 0 for handle frames)
-/// that [`Skb::free_bulk`] fills side by side, up to [`OPEN_RUNS`] at once, so that frames of a
-/// few homes interleaved in a batch (a runner's batch holds packets of producers on every CPU,
-/// in the order they were pushed) still go home a run per home, not a run per change of home.
-/// Each home's frames keep their order. Dropping it frees what it holds, also on unwind.
-struct OpenRuns {
-    keys: [(*const PoolInner, u16); OPEN_RUNS],
-    lens: [usize; OPEN_RUNS],
-    /// Run `i`'s frames in `bufs[i][..lens[i]]` (the rest never read: no kilobyte to clear
-    /// per call).
-    bufs: [[MaybeUninit<usize>; crate::Pool::BULK]; OPEN_RUNS],
-    /// Runs in use: `keys[..open]`.
-    open: usize,
-    /// The run a frame of a further home takes when all are open.
-    evict: usize,
-}
-
-/// How many homes [`Skb::free_bulk`] gathers at once: a frame of a further home sends one of
-/// the runs first, in turn.
-const OPEN_RUNS: usize = 4;
-
-impl OpenRuns {
-    fn new() -> OpenRuns {
-        OpenRuns {
-            keys: [(core::ptr::null(), 0); OPEN_RUNS],
-            lens: [0; OPEN_RUNS],
-            bufs: [[MaybeUninit::uninit(); crate::Pool::BULK]; OPEN_RUNS],
-            open: 0,
-            evict: 0,
-        }
-    }
-
-    /// The run of `key`'s home (a pool and a home stamp): its own if open, else a new one, else
-    /// one of the others, sent first, in turn.
-    fn run_for(&mut self, key: (*const PoolInner, u16)) -> usize {
-        if let Some(i) = self.keys[..self.open].iter().position(|k| *k == key) {
-            return i;
-        }
-        let i = if self.open < OPEN_RUNS {
-            self.open += 1;
-            self.open - 1
-        } else {
-            let i = self.evict;
-            self.evict = (i + 1) % OPEN_RUNS;
-            self.send(i);
-            i
-        };
-        self.keys[i] = key;
-        i
-    }
-
-    /// Frees run `i`'s frames and empties it (its key stays: the next frame of that home fills
-    /// it again).
-    fn send(&mut self, i: usize) {
-        let n = core::mem::take(&mut self.lens[i]);
-        // SAFETY: `add` wrote `bufs[i][..n]` since the run was last emptied (`MaybeUninit<usize>`
-        // has `usize`'s layout).
-        let frames =
-            unsafe { core::slice::from_raw_parts(self.bufs[i].as_ptr().cast::<usize>(), n) };
-        free_run(self.keys[i].0, self.keys[i].1, frames);
-    }
-}
-
-impl Drop for OpenRuns {
-    fn drop(&mut self) {
-        for i in 0..self.open {
-            self.send(i);
-        }
+        free_run(run.0, run.1, &buf[..n]);
     }
 }
 
