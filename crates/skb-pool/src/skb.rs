@@ -496,8 +496,8 @@ impl Skb {
     /// given back together; handle frames through this
     /// thread's handle, looked up once a run. Frames of the shared path are dropped as usual.
     /// If the iterator panics, the frames of the run being gathered (at most
-    /// [`Pool::BULK`](crate::Pool::BULK) − 1, already taken from their `Skb`s) are leaked:
-    /// never handed out again, never counted free.
+    /// [`Pool::BULK`](crate::Pool::BULK), already taken from their `Skb`s: a full run is sent
+    /// when the next frame comes) are leaked: never handed out again, never counted free.
     ///
     /// ```
     /// use skb_pool::{Pool, Skb};

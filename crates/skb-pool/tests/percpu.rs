@@ -353,11 +353,12 @@ fn a_bulk_free_of_interleaved_homes_keeps_each_homes_order() {
     };
     for mode in modes() {
         let pool = pool_deferring(mode, 1024, 256, 64);
-        let mut mine: Vec<Skb> = on_cpu(c0, || (0..48).map(|_| pool.alloc().unwrap()).collect());
+        let mut slots: Vec<Option<Skb>> = on_cpu(c0, || {
+            (0..48).map(|_| Some(pool.alloc().unwrap())).collect()
+        });
         let theirs: Vec<Skb> = on_cpu(c1, || (0..48).map(|_| pool.alloc().unwrap()).collect());
         // CPU 0's frames in a scrambled order, each followed by one of CPU 1's.
         let order = scrambled_48();
-        let mut slots: Vec<Option<Skb>> = mine.drain(..).map(Some).collect();
         let freed: Vec<u64> = order
             .iter()
             .map(|&i| slots[i].as_ref().unwrap().frame_addr())
