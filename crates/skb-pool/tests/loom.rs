@@ -432,6 +432,48 @@ fn percpu_allocation_waits_for_frames_in_another_refills_hands() {
     });
 }
 
+/// A free that lands behind an allocation's look. CPU 0's cache holds frame `a`; a thread on
+/// CPU 0 frees `b` (CPU 1's frame: it waits in CPU 0's outgoing batch, which at `defer_max` 8
+/// holds two) and then allocates, popping `a`; meanwhile an allocation on CPU 1 finds its cache
+/// dry and looks through every source. Neither the free nor the pop is a bracketed move, so in
+/// the interleaving where the look passes the outgoing batches before `b` arrives and reaches
+/// the other CPUs' caches after `a` left, only the end of the look's re-read of the places
+/// frees fill (`frees_pending` in `percpu/refill.rs`) sees `b`. A frame is free at every
+/// instant until both allocations are served, so neither may report `Exhausted` (without the
+/// re-read, CPU 1's does).
+#[test]
+fn percpu_a_free_behind_a_look_is_found() {
+    loom::model(|| {
+        // 4 frames on 2 CPUs: caches of one frame; remote frees go home two at a time.
+        let pool = percpu_pool_deferring(2, None, 8);
+        skb_pool::loom_set_cpu(0);
+        let a = pool.alloc().unwrap();
+        skb_pool::loom_set_cpu(1);
+        let mut held: Vec<Skb> = (1..FRAMES).map(|_| pool.alloc().unwrap()).collect();
+        let b = held.pop().unwrap();
+        skb_pool::loom_set_cpu(0);
+        drop(a);
+        let st = pool.per_cpu_stats();
+        assert_eq!((pool.stats().free, st.cpus[0].cached), (1, 1), "{st:?}");
+        let p0 = pool.clone();
+        let freer = thread::spawn(move || {
+            skb_pool::loom_set_cpu(0);
+            drop(b);
+            p0.alloc().ok()
+        });
+        let other = alloc_on(&pool, 1);
+        let (x, y) = (freer.join().unwrap(), other.join().unwrap());
+        assert!(
+            x.is_some() && y.is_some(),
+            "Exhausted with a frame free: {:?}",
+            pool.per_cpu_stats()
+        );
+        held.extend(x);
+        held.extend(y);
+        assert_all_reachable_from(&pool, 0, &held);
+    });
+}
+
 /// A frame in the cache of CPU 1 is taken by an allocation on CPU 0 that finds every other
 /// source dry (the locked pool's taking: CPU 1's try-lock, taken only if free), racing an
 /// allocation and a free of that frame on CPU 1 (which may find the cache taken and take the

@@ -21,6 +21,11 @@
 //! frame freed into a place the look had passed is found, and a move during the re-read is
 //! seen. A frame freed into a place after this re-read passed it, while other allocations take
 //! the frames it did not see, can still be missed: the window is the re-read, not the look.
+//! "Passed" needs an order between threads: a cache's commit is a release and the look's read
+//! of it an acquire, so a look that found a cache emptied by a pop also finds what the popping
+//! thread freed before it (the rseq sections commit with a plain store, which x86_64 orders
+//! the same way). The loom model `percpu_a_free_behind_a_look_is_found` fails without the
+//! re-read, and without either half of that order.
 //! A move counts as having carried frames whenever frames left their place during it, even if
 //! they went back (a drain that puts part of a defer list back, frames lifted off a cache
 //! after a migration and pushed back).

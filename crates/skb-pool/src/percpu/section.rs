@@ -127,9 +127,11 @@ impl PerCpuState {
 
     /// Frames in CPU `cpu`'s cache now (a snapshot; 0 past the table).
     pub(super) fn cached(&self, cpu: usize) -> usize {
+        // Acquire, with the locked commit's Release: a look that reads a cache as a pop left
+        // it also sees what the popping thread freed before (`hands.rs`).
         self.caches
             .get(cpu)
-            .map_or(0, |c| c.word.load(Ordering::Relaxed) as u32 as usize)
+            .map_or(0, |c| c.word.load(Ordering::Acquire) as u32 as usize)
     }
 
     /// One bulk pop on the current CPU's cache: `Some((k, cpu))` with the `k ≥ 1` items in
@@ -305,7 +307,8 @@ impl PerCpuState {
         }
         let (w, r) = op(c, c.word.load(Ordering::Relaxed));
         if let Some(w) = w {
-            c.word.store(w, Ordering::Relaxed);
+            // Release: see `cached`.
+            c.word.store(w, Ordering::Release);
         }
         // Release: the next holder (and `freeze`) sees our writes.
         c.lock.store(false, Ordering::Release);
