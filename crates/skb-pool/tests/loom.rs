@@ -275,6 +275,20 @@ fn assert_all_reachable_from(pool: &Pool, cpu: u32, held: &[Skb]) {
     assert_eq!(pool.stats().free + held.len(), frames);
 }
 
+/// Two allocations that a free frame was always waiting for: neither may have reported
+/// `Exhausted`, and with them and the frames `held` elsewhere every frame is reachable.
+fn assert_both_served(pool: &Pool, mut held: Vec<Skb>, got: [Option<Skb>; 2]) {
+    let [a, b] = got;
+    assert!(
+        a.is_some() && b.is_some(),
+        "Exhausted with a frame free: {:?}",
+        pool.per_cpu_stats()
+    );
+    held.extend(a);
+    held.extend(b);
+    assert_all_reachable_from(pool, 0, &held);
+}
+
 /// Two threads on one CPU: either can be preempted while holding the CPU's try-lock, and the
 /// other then takes the shared path (depot, overflow list) instead of waiting. No frame is
 /// handed out twice (the pool asserts `FREE` on every allocation under loom) or lost.
@@ -420,15 +434,7 @@ fn percpu_allocation_waits_for_frames_in_another_refills_hands() {
         held.truncate(2);
         assert_eq!(pool.per_cpu_stats().cpus[1].cached, 0);
         let (a, b) = (alloc_on(&pool, 0), alloc_on(&pool, 1));
-        let (a, b) = (a.join().unwrap(), b.join().unwrap());
-        assert!(
-            a.is_some() && b.is_some(),
-            "Exhausted with a frame free: {:?}",
-            pool.per_cpu_stats()
-        );
-        held.extend(a);
-        held.extend(b);
-        assert_all_reachable_from(&pool, 0, &held);
+        assert_both_served(&pool, held, [a.join().unwrap(), b.join().unwrap()]);
     });
 }
 
@@ -462,15 +468,7 @@ fn percpu_a_free_behind_a_look_is_found() {
             p0.alloc().ok()
         });
         let other = alloc_on(&pool, 1);
-        let (x, y) = (freer.join().unwrap(), other.join().unwrap());
-        assert!(
-            x.is_some() && y.is_some(),
-            "Exhausted with a frame free: {:?}",
-            pool.per_cpu_stats()
-        );
-        held.extend(x);
-        held.extend(y);
-        assert_all_reachable_from(&pool, 0, &held);
+        assert_both_served(&pool, held, [freer.join().unwrap(), other.join().unwrap()]);
     });
 }
 
