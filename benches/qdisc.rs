@@ -20,7 +20,11 @@
 //! batched runner: a drained chain in, a chain out to the driver. `pfifo_loop32` is the same
 //! work one packet at a time (each dequeued packet pushed onto the chain, each chained packet
 //! popped and enqueued), the engine's per-packet runner; their ratio is the batching speed-up.
-//! `pfifo` (no chain at all) stays as the floor.
+//! `pfifo` (no chain at all) stays as the floor. `fifo_chain_bound` (interleaved mode) moves
+//! the same packets through the same chains with nothing of a qdisc around them, and
+//! `fifo_mem_bound` moves their pointers through a ring without writing them (see
+//! [`FifoBound`]): batching removes instructions, not memory work, so where the per-packet
+//! loop runs near the chain bound no batched pfifo can gain much over it.
 //!
 //! `fq_mem_bound` (interleaved mode, with the batched fq variants) is not a qdisc: it is the
 //! memory work fq cannot avoid per packet at each flow count, on the same packets in the same
@@ -55,12 +59,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use llist_defer::Fifo;
+use llist_defer::{Fifo, Link, Node};
 use lockless_xmit::harness::{median, process_cpu_time};
 use qdisc::{
     FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, PFIFO_FAST_MAX_TX_QUEUE_LEN,
     Packet, Pfifo, PfifoFastBuilder, Qdisc, TestPacket, ToFree,
 };
+use std::ptr::NonNull;
 
 const FLOWS: [usize; 4] = [1, 100, 10_000, 100_000];
 
@@ -315,6 +320,113 @@ fn step_vecdeque(flows: usize, read_len: bool) -> Step {
             }
             dq.push_back(black_box(p));
         }
+        start.elapsed()
+    })
+}
+
+/// How far ahead [`FifoBound`] prefetches (as far as pfifo's batched dequeue hints).
+const FIFO_BOUND_AHEAD: usize = 64;
+
+/// `fifo_mem_bound` and `fifo_chain_bound`: the memory work of moving the same packets, in
+/// the same order, from the front of a FIFO to its back, with nothing of a qdisc around it (no
+/// counters, no limit, no call per packet or per batch) and the line of each packet's length
+/// prefetched [`FIFO_BOUND_AHEAD`] packets ahead. Both read each packet's length, as pfifo's
+/// byte counters must. `fifo_mem_bound` moves pointers through a ring and writes no packet;
+/// `fifo_chain_bound` passes the packets in chains of [`BATCH`], as `pfifo_loop32` and
+/// `pfifo_batch32` both do (each taken packet linked onto a `Fifo`, the chain then walked
+/// back in), and so writes each packet's link. Batching removes instructions, not memory work:
+/// `pfifo_loop32 / fifo_chain_bound` is about as much as any batched pfifo could gain over the
+/// per-packet loop on the same chains, and `fifo_chain_bound / fifo_mem_bound` what the
+/// chains' writes cost.
+struct FifoBound {
+    /// The queued packets' links: positions `head .. tail`, modulo the power-of-two length.
+    ring: Vec<NonNull<Link>>,
+    mask: usize,
+    head: usize,
+    tail: usize,
+    /// The prefetch distance: [`FIFO_BOUND_AHEAD`], or less in a shorter queue.
+    ahead: usize,
+}
+
+impl FifoBound {
+    fn new(flows: usize) -> FifoBound {
+        let mut ring: Vec<NonNull<Link>> =
+            packets(flows).into_iter().map(Node::into_link).collect();
+        let len = ring.len();
+        ring.resize(len.next_power_of_two(), NonNull::dangling());
+        FifoBound {
+            mask: ring.len() - 1,
+            ring,
+            head: 0,
+            tail: len,
+            ahead: FIFO_BOUND_AHEAD.min(len - 1),
+        }
+    }
+
+    /// Takes the front packet, prefetching the line of the length of the one `ahead` places
+    /// behind it.
+    #[inline(always)]
+    fn pop(&mut self) -> TestPacket {
+        let next = self.ring[(self.head + self.ahead) & self.mask];
+        // The length follows the link (`Boxed`'s item and `TestMeta` are `repr(C)`, length
+        // first).
+        llist_defer::hint::prefetch(next.as_ptr().cast::<u8>().wrapping_add(size_of::<Link>()));
+        let link = self.ring[self.head & self.mask];
+        self.head += 1;
+        // SAFETY: a slot between head and tail holds a link from `TestPacket::into_link` that
+        // only this ring owns, and `head` has moved past it.
+        unsafe { TestPacket::from_link(link) }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, p: TestPacket) {
+        self.ring[self.tail & self.mask] = p.into_link();
+        self.tail += 1;
+    }
+
+    /// `n` packets from the front to the back, one at a time (`chained`: in chains of
+    /// [`BATCH`]); returns the sum of their lengths.
+    #[inline(never)]
+    fn step(&mut self, n: u64, chained: bool) -> u64 {
+        let mut sum = 0u64;
+        if !chained {
+            for _ in 0..n {
+                let p = self.pop();
+                sum = sum.wrapping_add(p.len() as u64);
+                self.push(p);
+            }
+            return sum;
+        }
+        let batch = BATCH.min(self.tail - self.head);
+        let mut chain: Fifo<TestPacket> = Fifo::new();
+        for _ in 0..n.div_ceil(batch as u64) {
+            for _ in 0..batch {
+                let p = self.pop();
+                sum = sum.wrapping_add(p.len() as u64);
+                chain.push_back(p);
+            }
+            while let Some(p) = chain.pop_front() {
+                self.push(p);
+            }
+        }
+        sum
+    }
+}
+
+impl Drop for FifoBound {
+    fn drop(&mut self) {
+        while self.head != self.tail {
+            drop(self.pop());
+        }
+    }
+}
+
+/// [`FifoBound`] as a [`Step`].
+fn step_fifo_bound(flows: usize, chained: bool) -> Step {
+    let mut b = FifoBound::new(flows);
+    Box::new(move |n| {
+        let start = Instant::now();
+        black_box(b.step(n, chained));
         start.elapsed()
     })
 }
@@ -687,9 +799,9 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
 /// shared machine falls on all of them alike. Prints each variant's median and minimum ns per
 /// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque,
 /// pfifo_len/vecdeque_len, pfifo_loop32/pfifo_batch32 (the batching speed-up),
-/// pfifo/pfifo_batch32 and
+/// pfifo/pfifo_batch32, pfifo_loop32 and pfifo_batch32 over each FIFO bound, and
 /// fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the
-/// FIFO pair, `QDISC_BENCH_ONLY=fq` just `vecdeque`, `fq_manual_clock` and the batched fq
+/// FIFO variants and their bounds, `QDISC_BENCH_ONLY=fq` just `vecdeque`, `fq_manual_clock` and the batched fq
 /// variants of [`fq_batch_variants`] (for the flow curve, printed as each fq variant's median
 /// over its own at the first flow count, the in-round ratios fq_loop32/fq_batch32 and of each
 /// tuned variant and `fq_mem_bound` over fq_batch32, and `implied_min`), and
@@ -720,6 +832,8 @@ fn interleaved(rounds: usize) {
             variants.push(("pfifo_len", step_qdisc(flows, pfifo(), true)));
             variants.push(("pfifo_loop32", step_batched(flows, pfifo(), false)));
             variants.push(("pfifo_batch32", step_batched(flows, pfifo(), true)));
+            variants.push(("fifo_mem_bound", step_fifo_bound(flows, false)));
+            variants.push(("fifo_chain_bound", step_fifo_bound(flows, true)));
             if only != "fifo" {
                 variants.extend(others(flows));
             }
@@ -806,6 +920,10 @@ fn interleaved(rounds: usize) {
             ("pfifo_len", "vecdeque_len"),
             ("pfifo_loop32", "pfifo_batch32"),
             ("pfifo", "pfifo_batch32"),
+            ("pfifo_loop32", "fifo_mem_bound"),
+            ("pfifo_batch32", "fifo_mem_bound"),
+            ("pfifo_loop32", "fifo_chain_bound"),
+            ("pfifo_batch32", "fifo_chain_bound"),
             ("fq_manual_clock", "vecdeque"),
             ("fq_loop32", "fq_batch32"),
         ]
