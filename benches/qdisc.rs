@@ -794,34 +794,20 @@ fn others(flows: usize) -> Vec<(&'static str, Step)> {
     v
 }
 
-/// `QDISC_BENCH_ROUNDS=N cargo bench --bench qdisc`: instead of criterion, every variant of
-/// one flow count runs a short slice in turn, N rounds, so that load from other processes on a
-/// shared machine falls on all of them alike. Prints each variant's median and minimum ns per
-/// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque,
-/// pfifo_len/vecdeque_len, pfifo_loop32/pfifo_batch32 (the batching speed-up),
-/// pfifo/pfifo_batch32, pfifo_loop32 and pfifo_batch32 over each FIFO bound, and
-/// fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the
-/// FIFO variants and their bounds, `QDISC_BENCH_ONLY=fq` just `vecdeque`, `fq_manual_clock` and the batched fq
-/// variants of [`fq_batch_variants`] (for the flow curve, printed as each fq variant's median
-/// over its own at the first flow count, the in-round ratios fq_loop32/fq_batch32 and of each
-/// tuned variant and `fq_mem_bound` over fq_batch32, and `implied_min`), and
-/// `QDISC_BENCH_FLOWS=1,100` just those flow counts. Each slice follows an untimed pass over
-/// its variant's packets (`QDISC_BENCH_COLD=1`: none). `QDISC_BENCH_CPU=1` times each slice in
-/// the process's CPU time instead of wall time (the mode is single-threaded), so that a slice
-/// preempted by another process's build is not charged for the wait; caches and memory are
-/// still shared.
-fn interleaved(rounds: usize) {
-    let only = std::env::var("QDISC_BENCH_ONLY").unwrap_or_default();
-    let cpu_time = std::env::var("QDISC_BENCH_CPU").is_ok_and(|v| v == "1");
-    let flow_counts: Vec<usize> = std::env::var("QDISC_BENCH_FLOWS")
-        .ok()
-        .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
-        .unwrap_or_else(|| FLOWS.to_vec());
-    println!("flows variant median_ns min_ns max_ns");
-    let first_flows = flow_counts.first().copied().unwrap_or(0);
-    let mut fq_base: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
-    for flows in flow_counts {
-        let mut variants: Vec<(&str, Step)> = vec![("vecdeque", step_vecdeque(flows, false))];
+/// One flow count's variants in the interleaved mode, and their times.
+struct Group {
+    flows: usize,
+    variants: Vec<(&'static str, Step)>,
+    /// Nanoseconds per packet of each variant, one entry per round.
+    ns: Vec<Vec<f64>>,
+    /// Packets per timed slice.
+    n: u64,
+}
+
+impl Group {
+    fn new(flows: usize, only: &str) -> Group {
+        let mut variants: Vec<(&'static str, Step)> =
+            vec![("vecdeque", step_vecdeque(flows, false))];
         let pfifo = || FifoBuilder::pfifo().limit(1 << 20).build().expect("valid");
         if only == "fq" {
             variants.push(("fq_manual_clock", step_qdisc(flows, fq_manual(), false)));
@@ -838,79 +824,137 @@ fn interleaved(rounds: usize) {
                 variants.extend(others(flows));
             }
         }
-        // Each slice cycles through every queued packet a few times (at least 200 000 steps).
-        let n = (4 * flows.max(64)).max(200_000) as u64;
-        // One untimed pass over every queued packet before each slice, so that a slice times
-        // its variant's steady state, not the other variants' evictions of its data (from
-        // 100 000 queued packets the variants' tables and packets no longer fit the cache
-        // together, and a cold first pass costs every variant the same, diluting the ratios).
-        // `QDISC_BENCH_COLD=1` times the slices as they come, for the contrast.
-        let warm = if std::env::var("QDISC_BENCH_COLD").is_ok_and(|v| v == "1") {
-            0
-        } else {
-            flows.max(64) as u64
-        };
-        for (_, step) in &mut variants {
-            step(n); // warm-up: one pass
+        Group {
+            flows,
+            ns: vec![Vec::new(); variants.len()],
+            variants,
+            // Each slice cycles through every queued packet a few times (at least 200 000
+            // steps).
+            n: (4 * flows.max(64)).max(200_000) as u64,
         }
-        let mut ns: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
-        let count = variants.len();
-        for round in 0..rounds {
-            // Rotated each round, and reversed every other one, so that no variant always
-            // runs first, last, or right after the same other one (whose tables it finds in
-            // the cache, or evicted).
-            let order = (0..count).map(|k| {
-                let k = if round % 2 == 1 { count - 1 - k } else { k };
-                (k + round) % count
-            });
-            for i in order {
-                let step = &mut variants[i].1;
-                if warm > 0 {
-                    step(warm);
-                }
-                let t = if cpu_time {
-                    let c0 = process_cpu_time();
-                    step(n);
-                    process_cpu_time() - c0
-                } else {
-                    step(n)
-                };
-                ns[i].push(t.as_nanos() as f64 / n as f64);
+    }
+
+    fn index(&self, name: &str) -> Option<usize> {
+        self.variants.iter().position(|(n, _)| *n == name)
+    }
+}
+
+/// `QDISC_BENCH_ROUNDS=N cargo bench --bench qdisc`: instead of criterion, every variant of
+/// every flow count runs a short slice in turn, N rounds, so that load from other processes on
+/// a shared machine falls on all of them alike. Prints each variant's median and minimum ns per
+/// packet over the rounds, and the median over rounds of the in-round ratios pfifo/vecdeque,
+/// pfifo_len/vecdeque_len, pfifo_loop32/pfifo_batch32 (the batching speed-up),
+/// pfifo/pfifo_batch32, pfifo_loop32 and pfifo_batch32 over each FIFO bound, and
+/// fq_manual_clock/vecdeque. `QDISC_BENCH_ONLY=fifo` runs just the FIFO variants and their
+/// bounds, `QDISC_BENCH_ONLY=fq` just `vecdeque`, `fq_manual_clock` and the batched fq
+/// variants of [`fq_batch_variants`] (for the flow curve: each fq variant's in-round ratio to
+/// itself at the first flow count; the in-round ratios fq_loop32/fq_batch32 and of each tuned
+/// variant and `fq_mem_bound` over fq_batch32; and `implied_min`), and
+/// `QDISC_BENCH_FLOWS=1,100` just those flow counts. All flow counts share the rounds, so a
+/// curve divides times taken seconds apart, not minutes: the machine's state moves the memory
+/// bound flow counts more than the cached ones. Each slice follows an untimed pass over its
+/// variant's packets (`QDISC_BENCH_COLD=1`: none). `QDISC_BENCH_CPU=1` times each slice in the
+/// process's CPU time instead of wall time (the mode is single-threaded), so that a slice
+/// preempted by another process's build is not charged for the wait; caches and memory are
+/// still shared.
+fn interleaved(rounds: usize) {
+    let only = std::env::var("QDISC_BENCH_ONLY").unwrap_or_default();
+    let cpu_time = std::env::var("QDISC_BENCH_CPU").is_ok_and(|v| v == "1");
+    let cold = std::env::var("QDISC_BENCH_COLD").is_ok_and(|v| v == "1");
+    let flow_counts: Vec<usize> = std::env::var("QDISC_BENCH_FLOWS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
+        .unwrap_or_else(|| FLOWS.to_vec());
+    let mut groups: Vec<Group> = flow_counts.iter().map(|&f| Group::new(f, &only)).collect();
+    for g in &mut groups {
+        for (_, step) in &mut g.variants {
+            step(g.n); // warm-up: one pass
+        }
+    }
+    // Every (flow count, variant) pair, in one rotation.
+    let slots: Vec<(usize, usize)> = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(gi, g)| (0..g.variants.len()).map(move |vi| (gi, vi)))
+        .collect();
+    let count = slots.len();
+    for round in 0..rounds {
+        // Rotated each round, and reversed every other one, so that no variant always runs
+        // first, last, or right after the same other one (whose tables it finds in the cache,
+        // or evicted).
+        for k in 0..count {
+            let k = if round % 2 == 1 { count - 1 - k } else { k };
+            let g = &mut groups[slots[(k + round) % count].0];
+            let (n, flows) = (g.n, g.flows);
+            let vi = slots[(k + round) % count].1;
+            let step = &mut g.variants[vi].1;
+            // One untimed pass over every queued packet before each slice, so that a slice
+            // times its variant's steady state, not the other variants' evictions of its data
+            // (from 100 000 queued packets the variants' tables and packets no longer fit the
+            // cache together, and a cold first pass costs every variant the same, diluting the
+            // ratios). `QDISC_BENCH_COLD=1` times the slices as they come, for the contrast.
+            if !cold {
+                step(flows.max(64) as u64);
             }
+            let t = if cpu_time {
+                let c0 = process_cpu_time();
+                step(n);
+                process_cpu_time() - c0
+            } else {
+                step(n)
+            };
+            g.ns[vi].push(t.as_nanos() as f64 / n as f64);
         }
-        for (i, (name, _)) in variants.iter().enumerate() {
-            let min = ns[i].iter().copied().fold(f64::INFINITY, f64::min);
-            let max = ns[i].iter().copied().fold(0.0, f64::max);
-            println!("{flows} {name} {:.2} {min:.2} {max:.2}", median(&ns[i]));
+    }
+    println!("flows variant median_ns min_ns max_ns");
+    let in_round = |a: &[f64], b: &[f64]| {
+        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        median(&r)
+    };
+    let first = &groups[0];
+    for g in &groups {
+        let flows = g.flows;
+        for (i, (name, _)) in g.variants.iter().enumerate() {
+            let min = g.ns[i].iter().copied().fold(f64::INFINITY, f64::min);
+            let max = g.ns[i].iter().copied().fold(0.0, f64::max);
+            println!("{flows} {name} {:.2} {min:.2} {max:.2}", median(&g.ns[i]));
         }
-        let index = |name: &str| variants.iter().position(|(n, _)| *n == name);
-        // The flow curve: each fq variant's median against its own at the run's first flow count.
-        for (i, (name, _)) in variants.iter().enumerate() {
-            if !name.starts_with("fq") {
+        // The flow curve: each fq variant against itself at the first flow count, in-round.
+        for (i, (name, _)) in g.variants.iter().enumerate() {
+            let Some(b) = first.index(name).filter(|_| name.starts_with("fq")) else {
                 continue;
-            }
-            let m = median(&ns[i]);
-            let base = *fq_base.entry(*name).or_insert(m);
-            println!("{flows} curve:{name}/{name}@{first_flows} {:.2}", m / base);
+            };
+            println!(
+                "{flows} curve:{name}/{name}@{} {:.2}",
+                first.flows,
+                in_round(&g.ns[i], &first.ns[b])
+            );
         }
         // fq_batch32's curve if its cost grew by exactly the growth of `fq_mem_bound`'s (fq's
         // cost at the first flow count plus that growth): an additive estimate, not a floor.
         // The same for the index layouts fq does not have (`implied_min_idx4`, ...).
         for bound in ["fq_mem_bound", "fq_mem_bound_idx4", "fq_mem_bound_idx16"] {
-            if let (Some(f), Some(b)) = (index("fq_batch32"), index(bound)) {
-                let (f0, b0) = (fq_base["fq_batch32"], fq_base[bound]);
-                let (fm, bm) = (median(&ns[f]), median(&ns[b]));
-                let layout = bound.strip_prefix("fq_mem_bound").unwrap_or_default();
-                println!(
-                    "{flows} implied_min{layout}:fq_batch32/fq_batch32@{first_flows} {:.2} \
-                     (curve {:.2})",
-                    (f0 + (bm - b0)) / f0,
-                    fm / f0
-                );
-            }
+            let (Some(f), Some(b), Some(f0), Some(b0)) = (
+                g.index("fq_batch32"),
+                g.index(bound),
+                first.index("fq_batch32"),
+                first.index(bound),
+            ) else {
+                continue;
+            };
+            let (f0, b0) = (median(&first.ns[f0]), median(&first.ns[b0]));
+            let (fm, bm) = (median(&g.ns[f]), median(&g.ns[b]));
+            let layout = bound.strip_prefix("fq_mem_bound").unwrap_or_default();
+            println!(
+                "{flows} implied_min{layout}:fq_batch32/fq_batch32@{} {:.2} (curve {:.2})",
+                first.flows,
+                (f0 + (bm - b0)) / f0,
+                fm / f0
+            );
         }
         // Each tuned fq variant against the default, in-round.
-        let tuned = variants
+        let tuned = g
+            .variants
             .iter()
             .map(|(n, _)| *n)
             .filter(|n| n.starts_with("fq_batch32_k") || n.starts_with("fq_mem_bound"));
@@ -930,15 +974,14 @@ fn interleaved(rounds: usize) {
         .into_iter()
         .chain(tuned)
         {
-            let (Some(a), Some(b)) = (index(a), index(b)) else {
+            let (Some(a), Some(b)) = (g.index(a), g.index(b)) else {
                 continue;
             };
-            let r: Vec<f64> = ns[a].iter().zip(&ns[b]).map(|(x, y)| x / y).collect();
             println!(
                 "{flows} ratio:{}/{} {:.2}",
-                variants[a].0,
-                variants[b].0,
-                median(&r)
+                g.variants[a].0,
+                g.variants[b].0,
+                in_round(&g.ns[a], &g.ns[b])
             );
         }
     }
