@@ -35,9 +35,8 @@
 //! pay TLB misses fq does not. Each flow count also prints `implied_min`, an estimate
 //! under an additive model: the flow curve fq_batch32 would have if its cost grew by exactly
 //! the bound's growth, `(fq@first + (bound@N - bound@first)) / fq@first`, next to its measured
-//! curve. It is not a floor (fq may overlap added stalls with its own work, as its pipelines
-//! try to); the flow counts run one after another, so the curves divide medians of different
-//! rounds.
+//! curve (a ratio of medians, where the printed `curve` rows are in-round ratios). It is not a
+//! floor: fq may overlap added stalls with its own work, as its pipelines try to.
 //! `fq_mem_bound_noindex` is the bound without the index line (flows found by their id), to
 //! show how much of the bound's growth that one random line a packet is, and
 //! `fq_mem_bound_idx4` the bound of an index half of fq's (4-byte slot numbers, the key
