@@ -101,6 +101,20 @@ impl FlowList {
         }
     }
 
+    /// The indices `i ≥ 1` and `i + 1` places behind the head, if both are in the list
+    /// (when only the first is, the look-ahead it serves is near the list's end, where the
+    /// lines are few; a hint, so both or neither).
+    #[inline]
+    pub(super) fn two_behind(&self, i: usize) -> Option<(u32, u32)> {
+        debug_assert!(i >= 1);
+        // Positions head + i - 1 and head + i of the ring, both below tail.
+        if i >= self.rest() {
+            return None;
+        }
+        let pos = self.head.wrapping_add((i - 1) as u32);
+        Some((self.at(pos), self.at(pos.wrapping_add(1))))
+    }
+
     #[inline]
     pub(super) fn push_back(&mut self, idx: u32) {
         debug_assert_ne!(idx, NIL);
@@ -197,6 +211,10 @@ mod tests {
             assert_eq!(l.front(), m.front().copied());
             for i in [1, 7, m.len().saturating_sub(1), m.len()] {
                 assert_eq!(l.get(i), m.get(i).copied());
+                if i >= 1 {
+                    let both = m.get(i).copied().zip(m.get(i + 1).copied());
+                    assert_eq!(l.two_behind(i), both);
+                }
             }
         }
         assert!(l.iter().eq(m.iter().copied()));

@@ -116,6 +116,14 @@ impl Entry {
     }
 }
 
+/// Where a key's lookup begins (its home position) and the tag bits its entry carries: what
+/// the batched enqueue's prefetches need, computed once a packet.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct IndexHint {
+    home: u32,
+    sig: u32,
+}
+
 /// A key in its index form: its id, and the tag bits its entry must carry (kind and
 /// fingerprint), and the top bits that give its home position.
 #[derive(Debug, Clone, Copy)]
@@ -264,31 +272,39 @@ impl<P: Packet> FlowTable<P> {
         (&mut self.slots[idx as usize], &mut self.cold[idx as usize])
     }
 
-    /// Starts loading flow `idx`'s hot line (a hint; `NIL` and stale indices are ignored).
+    /// Starts loading flow `idx`'s hot line (a hint: a stale index or `NIL` only prefetches an
+    /// address outside the slab, which a prefetch never faults on).
     #[inline]
     pub(super) fn prefetch(&self, idx: u32) {
-        if let Some(f) = self.slots.get(idx as usize) {
-            llist_defer::hint::prefetch(f);
-        }
+        llist_defer::hint::prefetch(self.slots.as_ptr().wrapping_add(idx as usize));
     }
 
-    /// Starts loading the index line where a lookup of `key` begins (a hint).
+    /// Where a lookup of `key` begins in the index as it is now, for the prefetch hints below
+    /// (an index that grows afterwards makes the hint stale: a useless prefetch, nothing else).
     #[inline]
-    pub(super) fn prefetch_index(&self, key: u128) {
-        if let Some(e) = self.index.get(Probe::of(key).home(self.bits)) {
-            llist_defer::hint::prefetch(e);
+    pub(super) fn hint(&self, key: u128) -> IndexHint {
+        let probe = Probe::of(key);
+        IndexHint {
+            home: probe.home(self.bits) as u32,
+            sig: probe.sig,
         }
     }
 
-    /// Starts loading the hot line of the flow whose index entry is where `key`'s lookup begins,
-    /// if that entry's kind and fingerprint match the key's (a hint: it is `key`'s flow in the
+    /// Starts loading the index line where a lookup begins (a hint).
+    #[inline]
+    pub(super) fn prefetch_index(&self, hint: IndexHint) {
+        // A prefetch never faults, so a stale position needs no check.
+        llist_defer::hint::prefetch(self.index.as_ptr().wrapping_add(hint.home as usize));
+    }
+
+    /// Starts loading the hot line of the flow whose index entry is where a lookup begins, if
+    /// that entry's kind and fingerprint match the key's (a hint: it is the key's flow in the
     /// common case at most half full, another one once in 32 collisions; a flow further along
     /// the probe run is not looked for).
     #[inline]
-    pub(super) fn prefetch_flow_of(&self, key: u128) {
-        let probe = Probe::of(key);
-        if let Some(&e) = self.index.get(probe.home(self.bits)) {
-            if e.tag != EMPTY && probe.may_be(e) {
+    pub(super) fn prefetch_flow_of(&self, hint: IndexHint) {
+        if let Some(&e) = self.index.get(hint.home as usize) {
+            if e.tag != EMPTY && e.tag & !SLOT_MASK == hint.sig {
                 self.prefetch(e.slot());
             }
         }
