@@ -27,10 +27,10 @@
 //!
 //! Both pipelines are kept lean, because they run on every packet and pay for themselves only
 //! through the misses they hide: each packet's key is hashed once for both of its enqueue
-//! prefetches (an [`IndexHint`]), and a hint's address is computed without a bounds check (a
-//! prefetch never faults). At 100 000 flows (callgrind, the `qdisc` bench's batches of 32) the
-//! pipelines add 122 instructions a packet to the 584 of the batch without them, where they
-//! added 171 before.
+//! prefetches (an [`IndexHint`](crate::fq::table::IndexHint)), and a hint's address is computed
+//! without a bounds check (a prefetch never faults). At 100 000 flows (callgrind, the `qdisc`
+//! bench's batches of 32) the pipelines add 122 instructions a packet to the 584 of the batch
+//! without them (171 when each prefetch hashed the key itself).
 
 use llist_defer::Fifo;
 
