@@ -114,6 +114,12 @@ impl Entry {
     fn slot(self) -> u32 {
         self.tag & SLOT_MASK
     }
+
+    /// Whether the entry's kind and fingerprint are `sig` (a key's [`Probe::sig`]).
+    #[inline]
+    fn carries(self, sig: u32) -> bool {
+        self.tag & !SLOT_MASK == sig
+    }
 }
 
 /// Where a key's lookup begins (its home position) and the tag bits its entry carries: what
@@ -164,7 +170,7 @@ impl Probe {
     /// does, being tested first by every caller).
     #[inline]
     fn may_be(self, e: Entry) -> bool {
-        e.tag & !SLOT_MASK == self.sig
+        e.carries(self.sig)
     }
 }
 
@@ -304,7 +310,7 @@ impl<P: Packet> FlowTable<P> {
     #[inline]
     pub(super) fn prefetch_flow_of(&self, hint: IndexHint) {
         if let Some(&e) = self.index.get(hint.home as usize) {
-            if e.tag != EMPTY && e.tag & !SLOT_MASK == hint.sig {
+            if e.tag != EMPTY && e.carries(hint.sig) {
                 self.prefetch(e.slot());
             }
         }
