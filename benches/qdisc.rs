@@ -54,6 +54,7 @@
 
 use std::collections::VecDeque;
 use std::hint::black_box;
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,7 +65,6 @@ use qdisc::{
     FifoBuilder, FlowKey, FqBuilder, ManualClock, MonotonicClock, PFIFO_FAST_MAX_TX_QUEUE_LEN,
     Packet, Pfifo, PfifoFastBuilder, Qdisc, TestPacket, ToFree,
 };
-use std::ptr::NonNull;
 
 const FLOWS: [usize; 4] = [1, 100, 10_000, 100_000];
 
@@ -883,9 +883,9 @@ fn interleaved(rounds: usize) {
         // or evicted).
         for k in 0..count {
             let k = if round % 2 == 1 { count - 1 - k } else { k };
-            let g = &mut groups[slots[(k + round) % count].0];
+            let (gi, vi) = slots[(k + round) % count];
+            let g = &mut groups[gi];
             let (n, flows) = (g.n, g.flows);
-            let vi = slots[(k + round) % count].1;
             let step = &mut g.variants[vi].1;
             // One untimed pass over every queued packet before each slice, so that a slice
             // times its variant's steady state, not the other variants' evictions of its data
@@ -910,7 +910,9 @@ fn interleaved(rounds: usize) {
         let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
         median(&r)
     };
-    let first = &groups[0];
+    let Some(first) = groups.first() else {
+        return; // QDISC_BENCH_FLOWS named no flow count
+    };
     for g in &groups {
         let flows = g.flows;
         for (i, (name, _)) in g.variants.iter().enumerate() {
