@@ -11,7 +11,7 @@
 //! Run with `--help` for every option and its default.
 //!
 //! `--json` prints one object per line (the final figures, or one per `--compare` cell):
-//! `threads`, `round` (of `--repeat`, from 0), `strategy` (`busylock`, `defer`, `nolock`,
+//! `threads`, `round` (with `--compare`, the cell's slice counted over every `--repeat`, from 0), `strategy` (`busylock`, `defer`, `nolock`,
 //! `mutex`, `segqueue`, `bound`), `pool` (`owner` or `percpu`), `qdisc`, `burst` (packets per
 //! transmit call), `park` (producers out of frames sleep), `offered`, `sent`, `dropped`, `queued`,
 //! `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies `drops_by_reason` (an
@@ -134,9 +134,9 @@ struct Cli {
     driver_ns: u32,
 
     /// Compare busylock, defer, nolock and the mutex / segqueue peers at these thread counts
-    /// (comma-separated, e.g. 1,2,4,8,16), each for --duration seconds, and print a table. A
-    /// `bound` row runs beside them: each producer sends through a driver of its own (one queue
-    /// per producer, no lock), which no design sharing one queue can beat.
+    /// (comma-separated, e.g. 1,2,4,8,16), each for --duration seconds (in --slice slices), and
+    /// print a table. A `bound` row runs beside them: each producer sends through a driver of
+    /// its own (one queue per producer, no lock), which no design sharing one queue can beat.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=1024))]
     compare: Option<Vec<u64>>,
 
@@ -145,6 +145,14 @@ struct Cli {
     /// in-round ratios: the noise of a shared machine falls on every contender alike.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
     repeat: u64,
+
+    /// With --compare: each cell's --duration runs in slices of about this many seconds, the
+    /// contenders of one thread count taking turns slice by slice (in a rotated order), and
+    /// every slice counts as a round of its own: rates are medians over the slices, ratios
+    /// medians of in-slice ratios. A shared machine changes speed within seconds; slices put
+    /// each change on every contender instead of on whichever ran then. 0: one slice per cell.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_slice)]
+    slice: f64,
 
     /// How producers allocate frames: `owner` (a pool handle per producer thread), `percpu`
     /// (`Pool::alloc` from the per-CPU caches, no handle), or, with --compare, `both` (every
@@ -310,6 +318,13 @@ fn parse_driver(s: &str) -> Result<DriverSpec, String> {
             });
     }
     Err(DRIVER_VALUES.into())
+}
+
+fn parse_slice(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v == 0.0 || (0.05..=3600.0).contains(&v) => Ok(v),
+        _ => Err("accepted: 0 (no slicing), or seconds from 0.05 to 3600".into()),
+    }
 }
 
 fn parse_duration(s: &str) -> Result<f64, String> {
@@ -849,72 +864,82 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     // --runner both: each engine cell again with the per-packet runner, right after its
     // batched twin, so that both see the same machine state.
     let both_runners = cli.runner == RunnerArg::Both;
+    let slices = slices(cli.duration, cli.slice);
+    let slice_len = Duration::from_secs_f64(cli.duration / slices as f64);
     if !cli.json {
         println!(
-            "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell, pool {:?}, \
-             runner {:?}, {} round(s)",
+            "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell in {} \
+             slice(s) of {:.2} s, pool {:?}, runner {:?}, {} round(s)",
             base.qdisc.name(),
             base.driver_ns,
             base.size,
             cli.duration,
+            slices,
+            slice_len.as_secs_f64(),
             cli.pool,
             cli.runner,
             cli.repeat
         );
     }
     let mut ok = true;
-    // What the cross-core probe read before each group of cells (round, producer count): on a
-    // shared VM the state can change between groups, and every cross-core rate with it.
+    // What the cross-core probe read before each group of cells (round of --repeat, producer
+    // count): on a shared VM the state can change between groups, and every cross-core rate
+    // with it.
     let mut states: Vec<(usize, u64, Option<f64>)> = Vec::new();
-    for round in 0..cli.repeat as usize {
+    for repeat in 0..cli.repeat as usize {
         for &threads in counts {
             let state = lockless_xmit::pingpong::probe();
-            states.push((round, threads, state));
-            // Rotate the order each round so that no contender always runs first or last, and
-            // reverse it (and the pools' and runners' order) every other round so that no
-            // contender always follows the same one.
-            let n = Contender::ALL.len();
-            let backwards = round % 2 == 1;
-            for k in 0..n {
-                let k = if backwards { n - 1 - k } else { k };
-                let contender = Contender::ALL[(k + round) % n];
-                let mut pools = cli.pool.kinds().to_vec();
-                if backwards {
-                    pools.reverse();
-                }
-                for &pool in &pools {
-                    let w = Workload {
-                        contender,
-                        producers: threads as usize,
-                        pool,
-                        ..base.clone()
-                    };
-                    let twin = both_runners && matches!(contender, Contender::Engine(_));
-                    let runners: &[bool] = match (twin, backwards) {
-                        (true, false) => &[true, false],
-                        (true, true) => &[false, true],
-                        (false, _) => &[w.qdisc_batch],
-                    };
-                    for &qdisc_batch in runners {
+            states.push((repeat, threads, state));
+            // A thread count's slices run back to back, each a round of the tables.
+            for slice in 0..slices {
+                let round = repeat * slices + slice;
+                // Rotate the order each round so that no contender always runs first or last, and
+                // reverse it (and the pools' and runners' order) every other round so that no
+                // contender always follows the same one.
+                let n = Contender::ALL.len();
+                let backwards = round % 2 == 1;
+                for k in 0..n {
+                    let k = if backwards { n - 1 - k } else { k };
+                    let contender = Contender::ALL[(k + round) % n];
+                    let mut pools = cli.pool.kinds().to_vec();
+                    if backwards {
+                        pools.reverse();
+                    }
+                    for &pool in &pools {
                         let w = Workload {
-                            qdisc_batch,
-                            ..w.clone()
-                        };
-                        let cell = harness::run(&w, &mut |_| {});
-                        ok &= cell.conserved();
-                        if cli.json {
-                            let line = json_cell(&cell, &w, Some(threads), round);
-                            let ns = state.map_or("null".to_string(), |ns| format!("{ns:.1}"));
-                            println!("{}", json_with(line, "pingpong_ns", &ns));
-                        }
-                        rows.push(CompareRow {
-                            round,
-                            threads,
                             contender,
+                            producers: threads as usize,
                             pool,
-                            per_packet: twin && !qdisc_batch,
-                            cell,
-                        });
+                            duration: Some(slice_len),
+                            ..base.clone()
+                        };
+                        let twin = both_runners && matches!(contender, Contender::Engine(_));
+                        let runners: &[bool] = match (twin, backwards) {
+                            (true, false) => &[true, false],
+                            (true, true) => &[false, true],
+                            (false, _) => &[w.qdisc_batch],
+                        };
+                        for &qdisc_batch in runners {
+                            let w = Workload {
+                                qdisc_batch,
+                                ..w.clone()
+                            };
+                            let cell = harness::run(&w, &mut |_| {});
+                            ok &= cell.conserved();
+                            if cli.json {
+                                let line = json_cell(&cell, &w, Some(threads), round);
+                                let ns = state.map_or("null".to_string(), |ns| format!("{ns:.1}"));
+                                println!("{}", json_with(line, "pingpong_ns", &ns));
+                            }
+                            rows.push(CompareRow {
+                                round,
+                                threads,
+                                contender,
+                                pool,
+                                per_packet: twin && !qdisc_batch,
+                                cell,
+                            });
+                        }
                     }
                 }
             }
@@ -938,14 +963,24 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     }
 }
 
+/// How many slices a cell of `duration` seconds runs in, for slices of about `slice` seconds
+/// (0: one).
+fn slices(duration: f64, slice: f64) -> usize {
+    if slice == 0.0 {
+        return 1;
+    }
+    ((duration / slice).round() as usize).clamp(1, 10_000)
+}
+
 /// What the cross-core probe read before each group of cells, a row per producer count and a
-/// column per round, so that a reader can tell which rounds ran on which machine state.
+/// column per round of `--repeat` (the group's slices ran right after the probe), so that a
+/// reader can tell which rounds ran on which machine state.
 fn state_table(states: &[(usize, u64, Option<f64>)], counts: &[u64], rounds: usize) -> String {
     let mut out = String::from(
         "\nping-pong before each group (ns one way between the first two CPUs; `-`: no probe):\n\n| threads |",
     );
     for r in 0..rounds {
-        let _ = write!(out, " round {r} |");
+        let _ = write!(out, " repeat {r} |");
     }
     out.push_str("\n|---:|");
     out.push_str(&"---:|".repeat(rounds));

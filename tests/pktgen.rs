@@ -195,6 +195,77 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
     assert_eq!(states.len(), 1, "one state row, a cell per round: {stdout}");
 }
 
+/// `--slice`: a cell's `--duration` runs in slices, the contenders taking turns, each slice a
+/// round of its own (numbered on from one `--repeat` to the next); the machine's state is
+/// probed once per thread count and `--repeat`. `--slice 0` runs each cell whole.
+#[test]
+fn compare_slices_each_cell_into_rounds() {
+    let rounds = |args: &[&str]| {
+        let out = run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut per_round = std::collections::BTreeMap::<String, usize>::new();
+        for l in stdout.lines() {
+            *per_round
+                .entry(field(l, "round").expect("a round").to_string())
+                .or_default() += 1;
+            assert_eq!(
+                num(l, "offered"),
+                num(l, "sent") + num(l, "dropped") + num(l, "queued"),
+                "{l}"
+            );
+        }
+        per_round
+    };
+    let sliced = rounds(&[
+        "--compare",
+        "1",
+        "--duration",
+        "0.4",
+        "--slice",
+        "0.2",
+        "--repeat",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(
+        sliced.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["0", "1", "2", "3"],
+        "two slices in each of two repeats: {sliced:?}"
+    );
+    assert!(
+        sliced.values().all(|&n| n == 6),
+        "every contender in every slice: {sliced:?}"
+    );
+    let whole = rounds(&[
+        "--compare",
+        "1",
+        "--duration",
+        "0.4",
+        "--slice",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(whole.len(), 1, "one round without slicing: {whole:?}");
+    let out = run(&["--compare", "1", "--duration", "0.4", "--slice", "0.2"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("in 2 slice(s) of 0.20 s"), "{stdout}");
+    let cells = |l: &str| l.trim().trim_matches('|').split('|').count();
+    let states: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| 1 |") && cells(l) == 2)
+        .collect();
+    assert_eq!(
+        states.len(),
+        1,
+        "one probe for the thread count's slices: {stdout}"
+    );
+}
+
 /// Bursts through `xmit_bulk` (and the peers' burst paths), with a pool so small that the
 /// producers' partial bursts together hold most of it: every cell sends and conserves.
 /// Runs `--compare 1,4` (or `counts`) on 128 frames with `extra` options and checks every
@@ -268,6 +339,7 @@ fn bad_options_exit_2_with_a_one_line_error_naming_the_option() {
         (&["--duration", "0"][..], "--duration", "seconds"),
         (&["--size", "9000"][..], "--size", "1792"),
         (&["--threads", "0"][..], "--threads", "1"),
+        (&["--slice", "0.01"][..], "--slice", "no slicing"),
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?} should exit 2");
@@ -303,6 +375,8 @@ fn help_explains_every_option() {
         "--burst-limit",
         "--overflow",
         "--compare",
+        "--repeat",
+        "--slice",
         "--json",
     ] {
         assert!(help.contains(opt), "--help does not mention {opt}");
