@@ -11,11 +11,12 @@
 //! Run with `--help` for every option and its default.
 //!
 //! `--json` prints one object per line (the final figures, or one per `--compare` cell):
-//! `threads`, `round` (with `--compare`, the cell's slice counted over every `--repeat`, from 0), `strategy` (`busylock`, `defer`, `nolock`,
-//! `mutex`, `segqueue`, `bound`), `pool` (`owner` or `percpu`), `qdisc`, `burst` (packets per
-//! transmit call), `park` (producers out of frames sleep), `offered`, `sent`, `dropped`, `queued`,
-//! `duration_s`, `pps`, `cpu_ns_per_pkt`, and for the engine's strategies `drops_by_reason` (an
-//! object keyed by kernel drop reason), `requeues` and `root_contended`; with `--veth`, also
+//! `threads`, `round` (with `--compare`, the cell's slice, numbered on through every
+//! `--repeat`, from 0), `strategy` (`busylock`, `defer`, `nolock`, `mutex`, `segqueue`,
+//! `bound`), `pool` (`owner` or `percpu`), `qdisc`, `burst` (packets per transmit call), `park`
+//! (producers out of frames sleep), `offered`, `sent`, `dropped`, `queued`, `duration_s`, `pps`,
+//! `cpu_ns_per_pkt`, and for the engine's strategies `drops_by_reason` (an object keyed by
+//! kernel drop reason), `requeues` and `root_contended`; with `--veth`, also
 //! `received` (datagrams the kernel UDP socket in the peer namespace got) and `kernel_drops`
 //! (what the kernel dropped on the way there, by its own counters: `udp_no_room`, the receiving
 //! socket's buffer or UDP's memory full; `veth`, the veth's backlog; `udp_other`, any other UDP
