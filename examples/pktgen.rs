@@ -862,8 +862,6 @@ fn report(cell: &Cell, w: &Workload) {
 
 fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     let mut rows: Vec<CompareRow> = Vec::new();
-    // --runner both: each engine cell again with the per-packet runner, right after its
-    // batched twin, so that both see the same machine state.
     let both_runners = cli.runner == RunnerArg::Both;
     let slices = slices(cli.duration, cli.slice);
     let slice_len = Duration::from_secs_f64(cli.duration / slices as f64);
@@ -894,54 +892,22 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
             // A thread count's slices run back to back, each a round of the tables.
             for slice in 0..slices {
                 let round = repeat * slices + slice;
-                // Rotate the order each round so that no contender always runs first or last, and
-                // reverse it (and the pools' and runners' order) every other round so that no
-                // contender always follows the same one.
-                let n = Contender::ALL.len();
-                let backwards = round % 2 == 1;
-                for k in 0..n {
-                    let k = if backwards { n - 1 - k } else { k };
-                    let contender = Contender::ALL[(k + round) % n];
-                    let mut pools = cli.pool.kinds().to_vec();
-                    if backwards {
-                        pools.reverse();
+                for (w, per_packet) in round_cells(cli, base, threads, round, slice_len) {
+                    let cell = harness::run(&w, &mut |_| {});
+                    ok &= cell.conserved();
+                    if cli.json {
+                        let line = json_cell(&cell, &w, Some(threads), round);
+                        let ns = state.map_or("null".to_string(), |ns| format!("{ns:.1}"));
+                        println!("{}", json_with(line, "pingpong_ns", &ns));
                     }
-                    for &pool in &pools {
-                        let w = Workload {
-                            contender,
-                            producers: threads as usize,
-                            pool,
-                            duration: Some(slice_len),
-                            ..base.clone()
-                        };
-                        let twin = both_runners && matches!(contender, Contender::Engine(_));
-                        let runners: &[bool] = match (twin, backwards) {
-                            (true, false) => &[true, false],
-                            (true, true) => &[false, true],
-                            (false, _) => &[w.qdisc_batch],
-                        };
-                        for &qdisc_batch in runners {
-                            let w = Workload {
-                                qdisc_batch,
-                                ..w.clone()
-                            };
-                            let cell = harness::run(&w, &mut |_| {});
-                            ok &= cell.conserved();
-                            if cli.json {
-                                let line = json_cell(&cell, &w, Some(threads), round);
-                                let ns = state.map_or("null".to_string(), |ns| format!("{ns:.1}"));
-                                println!("{}", json_with(line, "pingpong_ns", &ns));
-                            }
-                            rows.push(CompareRow {
-                                round,
-                                threads,
-                                contender,
-                                pool,
-                                per_packet: twin && !qdisc_batch,
-                                cell,
-                            });
-                        }
-                    }
+                    rows.push(CompareRow {
+                        round,
+                        threads,
+                        contender: w.contender,
+                        pool: w.pool,
+                        per_packet,
+                        cell,
+                    });
                 }
             }
         }
@@ -962,6 +928,56 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The cells of round `round` at `threads` producers, each for `duration`, in the order they
+/// run, each with whether it is the per-packet twin of an engine cell (`--runner both`). The
+/// order rotates each round so that no contender always runs first or last, and reverses
+/// (with the pools' and runners' order) every other round so that no contender always
+/// follows the same one.
+fn round_cells(
+    cli: &Cli,
+    base: &Workload,
+    threads: u64,
+    round: usize,
+    duration: Duration,
+) -> Vec<(Workload, bool)> {
+    let n = Contender::ALL.len();
+    let backwards = round % 2 == 1;
+    let mut pools = cli.pool.kinds().to_vec();
+    if backwards {
+        pools.reverse();
+    }
+    let mut cells = Vec::new();
+    for k in 0..n {
+        let k = if backwards { n - 1 - k } else { k };
+        let contender = Contender::ALL[(k + round) % n];
+        for &pool in &pools {
+            let w = Workload {
+                contender,
+                producers: threads as usize,
+                pool,
+                duration: Some(duration),
+                ..base.clone()
+            };
+            // --runner both: each engine cell again with the per-packet runner, right after
+            // its batched twin, so that both see the same machine state.
+            let twin = cli.runner == RunnerArg::Both && matches!(contender, Contender::Engine(_));
+            let runners: &[bool] = match (twin, backwards) {
+                (true, false) => &[true, false],
+                (true, true) => &[false, true],
+                (false, _) => &[w.qdisc_batch],
+            };
+            for &qdisc_batch in runners {
+                let w = Workload {
+                    qdisc_batch,
+                    ..w.clone()
+                };
+                cells.push((w, twin && !qdisc_batch));
+            }
+        }
+    }
+    cells
 }
 
 /// How many slices a cell of `duration` seconds runs in, for slices of about `slice` seconds
