@@ -38,6 +38,18 @@ fn run(args: &[&str]) -> Output {
     pktgen().args(args).output().expect("running pktgen")
 }
 
+/// Runs pktgen with `args`, asserts that it succeeded, and returns its standard output.
+fn run_ok(args: &[&str]) -> String {
+    let out = run(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// A tiny extractor for the flat JSON objects pktgen prints: `"key":value`.
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     let pat = format!("\"{key}\":");
@@ -58,7 +70,7 @@ fn num(line: &str, key: &str) -> f64 {
 fn json_run_for_every_strategy_and_qdisc() {
     for strategy in ["busylock", "defer", "nolock"] {
         for qdisc in ["pfifo", "pfifo_fast", "fq"] {
-            let out = run(&[
+            let stdout = run_ok(&[
                 "--duration",
                 "1",
                 "--json",
@@ -71,12 +83,6 @@ fn json_run_for_every_strategy_and_qdisc() {
                 "--qdisc",
                 qdisc,
             ]);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{strategy}/{qdisc}: {stdout} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
             let line = stdout.lines().last().expect("one JSON line");
             for key in [
                 "offered",
@@ -107,13 +113,7 @@ fn json_run_for_every_strategy_and_qdisc() {
 
 #[test]
 fn compare_prints_one_json_cell_per_strategy_and_thread_count() {
-    let out = run(&["--compare", "1,2", "--duration", "0.3", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run_ok(&["--compare", "1,2", "--duration", "0.3", "--json"]);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 12, "2 thread counts x 6 contenders: {stdout}");
     for name in ["busylock", "defer", "nolock", "mutex", "segqueue", "bound"] {
@@ -138,7 +138,7 @@ fn compare_prints_one_json_cell_per_strategy_and_thread_count() {
 /// ratios are the median and range of the in-round ratios.
 #[test]
 fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
-    let out = run(&[
+    let stdout = run_ok(&[
         "--compare",
         "1",
         "--repeat",
@@ -147,12 +147,6 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
         "0.2",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
     for round in ["0", "1"] {
         let cells = stdout
             .lines()
@@ -164,13 +158,7 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
         stdout.lines().all(|l| l.contains("\"pingpong_ns\":")),
         "every cell says the machine's state: {stdout}"
     );
-    let out = run(&["--compare", "1", "--repeat", "2", "--duration", "0.2"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run_ok(&["--compare", "1", "--repeat", "2", "--duration", "0.2"]);
     // The contenders' table (nine cells a row), then the machine-state table (a cell a round).
     let cells = |l: &str| l.trim().trim_matches('|').split('|').count();
     let rows: Vec<&str> = stdout
@@ -201,13 +189,7 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
 #[test]
 fn compare_slices_each_cell_into_rounds() {
     let rounds = |args: &[&str]| {
-        let out = run(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stdout = run_ok(args);
         let mut per_round = std::collections::BTreeMap::<String, usize>::new();
         for l in stdout.lines() {
             *per_round
@@ -251,8 +233,7 @@ fn compare_slices_each_cell_into_rounds() {
         "--json",
     ]);
     assert_eq!(whole.len(), 1, "one round without slicing: {whole:?}");
-    let out = run(&["--compare", "1", "--duration", "0.4", "--slice", "0.2"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run_ok(&["--compare", "1", "--duration", "0.4", "--slice", "0.2"]);
     assert!(stdout.contains("in 2 slice(s) of 0.20 s"), "{stdout}");
     let cells = |l: &str| l.trim().trim_matches('|').split('|').count();
     let states: Vec<&str> = stdout
@@ -281,13 +262,7 @@ fn compare_conserves(counts: &str, extra: &[&str], key: &str, value: &str) {
         "--json",
     ];
     args.extend_from_slice(extra);
-    let out = run(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run_ok(&args);
     assert_eq!(
         stdout.lines().count(),
         12,
@@ -359,9 +334,7 @@ fn bad_options_exit_2_with_a_one_line_error_naming_the_option() {
 
 #[test]
 fn help_explains_every_option() {
-    let out = run(&["--help"]);
-    assert!(out.status.success());
-    let help = String::from_utf8_lossy(&out.stdout);
+    let help = run_ok(&["--help"]);
     for opt in [
         "--driver",
         "--threads",
@@ -393,7 +366,7 @@ fn veth_run_accounts_for_every_datagram_it_sends() {
     // Frames through pool handles, then from the per-CPU caches (their completions go home
     // to the CPU that allocated them).
     for pool in ["owner", "percpu"] {
-        let out = run(&[
+        let stdout = run_ok(&[
             "--veth",
             "--duration",
             "2",
@@ -403,12 +376,6 @@ fn veth_run_accounts_for_every_datagram_it_sends() {
             "--pool",
             pool,
         ]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         let line = stdout.lines().last().expect("one JSON line");
         assert_eq!(field(line, "pool"), Some(pool), "{line}");
         let (sent, received) = (num(line, "sent"), num(line, "received"));
