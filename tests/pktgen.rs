@@ -50,6 +50,17 @@ fn run_ok(args: &[&str]) -> String {
     stdout
 }
 
+/// The rows of `stdout`'s markdown tables for one producer with `cells` cells each (which
+/// tells one table from another).
+fn one_producer_rows(stdout: &str, cells: usize) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter(|l| {
+            l.starts_with("| 1 |") && l.trim().trim_matches('|').split('|').count() == cells
+        })
+        .collect()
+}
+
 /// A tiny extractor for the flat JSON objects pktgen prints: `"key":value`.
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     let pat = format!("\"{key}\":");
@@ -160,11 +171,7 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
     );
     let stdout = run_ok(&["--compare", "1", "--repeat", "2", "--duration", "0.2"]);
     // The contenders' table (nine cells a row), then the machine-state table (a cell a round).
-    let cells = |l: &str| l.trim().trim_matches('|').split('|').count();
-    let rows: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.starts_with("| 1 |") && cells(l) == 9)
-        .collect();
+    let rows = one_producer_rows(&stdout, 9);
     assert_eq!(
         rows.len(),
         6,
@@ -176,10 +183,7 @@ fn compare_repeats_rounds_and_tables_the_ratio_ranges() {
         assert_eq!(row.matches('–').count(), 3, "three ratio ranges: {row}");
     }
     assert!(stdout.contains("ping-pong before each group"), "{stdout}");
-    let states: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.starts_with("| 1 |") && cells(l) == 3)
-        .collect();
+    let states = one_producer_rows(&stdout, 3);
     assert_eq!(states.len(), 1, "one state row, a cell per round: {stdout}");
 }
 
@@ -235,11 +239,7 @@ fn compare_slices_each_cell_into_rounds() {
     assert_eq!(whole.len(), 1, "one round without slicing: {whole:?}");
     let stdout = run_ok(&["--compare", "1", "--duration", "0.4", "--slice", "0.2"]);
     assert!(stdout.contains("in 2 slice(s) of 0.20 s"), "{stdout}");
-    let cells = |l: &str| l.trim().trim_matches('|').split('|').count();
-    let states: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.starts_with("| 1 |") && cells(l) == 2)
-        .collect();
+    let states = one_producer_rows(&stdout, 2);
     assert_eq!(
         states.len(),
         1,
