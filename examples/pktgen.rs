@@ -10,6 +10,11 @@
 //! ```
 //! Run with `--help` for every option and its default.
 //!
+//! If stdout's reader goes away (`pktgen ... | head`), pktgen writes nothing more, a
+//! `--compare` stops before its next cell, and it exits with status 141 (what a shell reports
+//! for a writer killed by `SIGPIPE`) once its run has cleaned up; any other write error to
+//! stdout exits with status 1.
+//!
 //! `--json` prints one object per line (the final figures, or one per `--compare` cell):
 //! `threads`, `round` (with `--compare`, the cell's slice, numbered on through every
 //! `--repeat`, from 0), `strategy` (`busylock`, `defer`, `nolock`, `mutex`, `segqueue`,
@@ -31,6 +36,7 @@ use std::time::Duration;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use clap::{Parser, ValueEnum};
 use lockless_xmit::harness::{
@@ -41,6 +47,55 @@ use skb_pool::{RefillOrder, Skb};
 use xsk_tx::netns::{UdpCounter, VethPair};
 use xsk_tx::packet::UdpFlow;
 use xsk_tx::{UdpSendmmsg, XskDevice};
+
+/// What became of stdout: [`STDOUT_OK`], [`STDOUT_GONE`] (a write found its reader gone, as
+/// in `pktgen ... | head`) or [`STDOUT_FAILED`] (any other write error). Once it is not OK,
+/// nothing more is written, a `--compare` stops before its next cell, and `main` exits with
+/// 141 (what a shell reports for a writer killed by `SIGPIPE`) or 1. A single run still runs
+/// to its end: its cleanup (the namespaces of `--veth`) happens as on every other exit path.
+static STDOUT: AtomicU8 = AtomicU8::new(STDOUT_OK);
+const STDOUT_OK: u8 = 0;
+const STDOUT_GONE: u8 = 1;
+const STDOUT_FAILED: u8 = 2;
+
+/// `print!` that never panics on a closed stdout (see [`STDOUT`]).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` that never panics on a closed stdout (see [`STDOUT`]).
+macro_rules! outln {
+    () => {
+        write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Writes to stdout unless an earlier write failed; a failure is recorded in [`STDOUT`], and
+/// one that is not a broken pipe is reported on stderr.
+fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    if STDOUT.load(Ordering::Relaxed) != STDOUT_OK {
+        return;
+    }
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            STDOUT.store(STDOUT_GONE, Ordering::Relaxed);
+        } else {
+            STDOUT.store(STDOUT_FAILED, Ordering::Relaxed);
+            eprintln!("pktgen: cannot write to stdout: {e}");
+        }
+    }
+}
+
+/// Whether stdout still takes output.
+fn stdout_ok() -> bool {
+    STDOUT.load(Ordering::Relaxed) == STDOUT_OK
+}
 
 /// Multi-threaded packet generator over lockless-xmit's transmit engine.
 #[derive(Debug, Parser)]
@@ -350,11 +405,21 @@ fn one_line(err: &clap::Error) -> String {
 }
 
 fn main() -> ExitCode {
+    let code = run();
+    match STDOUT.load(Ordering::Relaxed) {
+        STDOUT_GONE => ExitCode::from(141),
+        STDOUT_FAILED => ExitCode::FAILURE,
+        _ => code,
+    }
+}
+
+/// Everything `main` does but the exit status of a failed stdout.
+fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help and --version.
-            print!("{}", e.render());
+            out!("{}", e.render());
             return ExitCode::SUCCESS;
         }
         Err(e) => {
@@ -522,7 +587,7 @@ fn run_xsk(
     let pool = harness::build_pool(w).map_err(|e| e.to_string())?;
     let dev = Arc::new(XskTarget(open(&pool).map_err(|e| e.to_string())?));
     if !json {
-        println!(
+        outln!(
             "AF_XDP: {} queue(s) on {}, {:?} mode",
             dev.0.queue_count(),
             dev.0.ifname(),
@@ -717,7 +782,7 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 
 fn announce(cli: &Cli, w: &Workload) {
     if !cli.json {
-        println!(
+        outln!(
             "pktgen: {} threads, strategy {}, qdisc {}, driver {}, {} B packets, {} flows, {:.1} s",
             w.producers,
             w.contender.name(),
@@ -758,13 +823,13 @@ fn finish(cli: &Cli, w: &Workload, cell: &Cell, received: Option<(u64, VethDrops
             );
             line = json_with(line, "kernel_drops", &drops);
         }
-        println!("{line}");
+        outln!("{line}");
     } else {
         report(cell, w);
         if let Some((r, d)) = received {
-            println!();
+            outln!();
             let accounted = d.accounted(r);
-            println!(
+            outln!(
                 "veth: sent {} received {} by a kernel UDP socket in the peer namespace; the \
                  kernel dropped {} (no room in the receiving socket: {}, the veth's backlog: \
                  {}, other UDP errors: {}); {}",
@@ -799,7 +864,7 @@ fn progress_line(last: &Tick, t: &Tick) {
     let pps = (t.sent - last.sent) as f64 / dt;
     let bps = (t.sent_bytes - last.sent_bytes) as f64 * 8.0 / dt;
     let cpu = (t.cpu - last.cpu).as_secs_f64() / dt * 100.0;
-    println!(
+    outln!(
         "{:>6.1}s {:>9.3} Mpps {:>8.3} Gbit/s  drops {:>9}  CPU {:>4.0}%",
         t.elapsed.as_secs_f64(),
         pps / 1e6,
@@ -810,9 +875,9 @@ fn progress_line(last: &Tick, t: &Tick) {
 }
 
 fn report(cell: &Cell, w: &Workload) {
-    println!();
-    println!("{cell}");
-    println!(
+    outln!();
+    outln!("{cell}");
+    outln!(
         "conservation: offered {} = sent {} + dropped {} + queued {}: {}",
         cell.offered,
         cell.sent,
@@ -821,27 +886,37 @@ fn report(cell: &Cell, w: &Workload) {
         if cell.conserved() { "holds" } else { "BROKEN" }
     );
     if let Some(show) = &cell.qdisc_show {
-        println!();
-        print!("{show}");
+        outln!();
+        out!("{show}");
     }
     if let Some(x) = &cell.xmit {
-        println!();
-        print!("{x}");
+        outln!();
+        out!("{x}");
     }
     if let Some(p) = &cell.pool {
         let t = &p.totals;
-        println!();
-        println!(
+        outln!();
+        outln!(
             "pool: {} frames, {} free, {} in use, {} in flight, {} owners",
-            p.frame_count, p.free, p.in_use, p.in_flight, p.owners
+            p.frame_count,
+            p.free,
+            p.in_use,
+            p.in_flight,
+            p.owners
         );
-        println!(
+        outln!(
             "  allocs {} local frees {} remote frees {} deferred {} overflow {} wakes {} drains {}",
-            t.allocs, t.local_frees, t.remote_frees, t.deferred, t.overflow, t.wakes, t.drains
+            t.allocs,
+            t.local_frees,
+            t.remote_frees,
+            t.deferred,
+            t.overflow,
+            t.wakes,
+            t.drains
         );
     }
     if let Some(c) = &cell.per_cpu {
-        println!(
+        outln!(
             "per-CPU ({:?}, refill order {:?}): aborts {} shared path {} refills {} cache takings \
              {} exhausted {} drains {} flushes {} remote frees {} in {} sends",
             c.mode,
@@ -866,7 +941,7 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     let slices = slices(cli.duration, cli.slice);
     let slice_len = Duration::from_secs_f64(cli.duration / slices as f64);
     if !cli.json {
-        println!(
+        outln!(
             "pktgen --compare: qdisc {}, null driver {} ns/pkt, {} B, {:.1} s per cell in {} \
              slice(s) of {:.2} s, pool {:?}, runner {:?}, {} round(s)",
             base.qdisc.name(),
@@ -893,12 +968,16 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
             for slice in 0..slices {
                 let round = repeat * slices + slice;
                 for (w, per_packet) in round_cells(cli, base, threads, round, slice_len) {
+                    if !stdout_ok() {
+                        // Nobody reads the cells or the tables any more.
+                        return ExitCode::FAILURE;
+                    }
                     let cell = harness::run(&w, &mut |_| {});
                     ok &= cell.conserved();
                     if cli.json {
                         let line = json_cell(&cell, &w, Some(threads), round);
                         let ns = state.map_or("null".to_string(), |ns| format!("{ns:.1}"));
-                        println!("{}", json_with(line, "pingpong_ns", &ns));
+                        outln!("{}", json_with(line, "pingpong_ns", &ns));
                     }
                     rows.push(CompareRow {
                         round,
@@ -914,14 +993,14 @@ fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     }
     if !cli.json {
         let main: Vec<&CompareRow> = rows.iter().filter(|r| !r.per_packet).collect();
-        print!("{}", compare_table(&main, counts, cli.pool.kinds()));
+        out!("{}", compare_table(&main, counts, cli.pool.kinds()));
         if cli.pool == PoolArg::Both {
-            print!("{}", pool_table(&main, counts));
+            out!("{}", pool_table(&main, counts));
         }
         if both_runners {
-            print!("{}", runner_table(&rows, counts, cli.pool.kinds()));
+            out!("{}", runner_table(&rows, counts, cli.pool.kinds()));
         }
-        print!("{}", state_table(&states, counts, cli.repeat as usize));
+        out!("{}", state_table(&states, counts, cli.repeat as usize));
     }
     if ok {
         ExitCode::SUCCESS

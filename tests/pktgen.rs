@@ -332,6 +332,50 @@ fn bad_options_exit_2_with_a_one_line_error_naming_the_option() {
     }
 }
 
+/// Runs pktgen with `args` and its stdout on a pipe whose reading end is already closed (a
+/// reader that went away, as `head` does), so that its first write fails; returns the output
+/// (stderr only) and how long the run took.
+fn run_with_reader_gone(args: &[&str]) -> (Output, std::time::Duration) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors `pipe2` writes.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just created by `pipe2` and are owned by nothing else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    let start = std::time::Instant::now();
+    let out = pktgen()
+        .args(args)
+        .stdout(writer)
+        .output()
+        .expect("running pktgen");
+    (out, start.elapsed())
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_output_with_status_141_not_a_panic() {
+    let (out, _) = run_with_reader_gone(&["--threads", "1", "--duration", "0.5"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // 141: what a shell reports for a writer killed by SIGPIPE (`yes | head`).
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn a_compare_whose_reader_went_away_stops_before_its_next_cell() {
+    // Six contenders at two thread counts, a second each: 12 s if every cell ran. The first
+    // JSON line fails to write, and the run stops before the second cell.
+    let (out, took) = run_with_reader_gone(&["--compare", "1,2", "--duration", "1", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        took < std::time::Duration::from_secs(12),
+        "every cell ran ({took:?}) though nobody read them"
+    );
+}
+
 #[test]
 fn help_explains_every_option() {
     let help = run_ok(&["--help"]);
