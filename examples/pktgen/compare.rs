@@ -42,6 +42,10 @@ pub(crate) fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     let mut states: Vec<(usize, u64, Option<f64>)> = Vec::new();
     for repeat in 0..cli.repeat as usize {
         for &threads in counts {
+            if !stdout_ok() {
+                // Nobody reads the cells or the tables (the header's write failed): no probe.
+                return ExitCode::FAILURE;
+            }
             let state = lockless_xmit::pingpong::probe();
             states.push((repeat, threads, state));
             // A thread count's slices run back to back, each a round of the tables.
