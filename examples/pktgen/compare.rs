@@ -43,7 +43,8 @@ pub(crate) fn compare(cli: &Cli, base: &Workload, counts: &[u64]) -> ExitCode {
     for repeat in 0..cli.repeat as usize {
         for &threads in counts {
             if !stdout_ok() {
-                // Nobody reads the cells or the tables (the header's write failed): no probe.
+                // Nobody reads the cells or the tables any more (the header or a JSON line
+                // failed to write): not even the probe runs.
                 return ExitCode::FAILURE;
             }
             let state = lockless_xmit::pingpong::probe();

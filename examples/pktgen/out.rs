@@ -38,7 +38,7 @@ macro_rules! outln {
 /// one that is not a broken pipe is reported on stderr.
 pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
-    if STDOUT.load(Ordering::Relaxed) != STDOUT_OK {
+    if !stdout_ok() {
         return;
     }
     if let Err(e) = std::io::stdout().lock().write_fmt(args) {
