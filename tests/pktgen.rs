@@ -362,6 +362,28 @@ fn a_reader_that_goes_away_ends_the_output_with_status_141_not_a_panic() {
 }
 
 #[test]
+fn a_stdout_that_refuses_writes_is_reported_once_and_exits_1() {
+    // /dev/full: every write fails with ENOSPC, an error other than a broken pipe.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("opening /dev/full");
+    let out = pktgen()
+        .args(["--threads", "1", "--duration", "0.5"])
+        .stdout(full)
+        .output()
+        .expect("running pktgen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "not one line: {stderr}");
+    assert!(
+        lines[0].contains("cannot write to stdout"),
+        "cause not named: {stderr}"
+    );
+}
+
+#[test]
 fn a_compare_whose_reader_went_away_runs_no_cell() {
     // Six contenders at two thread counts, a second each: 12 s if every cell ran. The header
     // fails to write, and the run stops before its first state probe (whose time has no bound
